@@ -1,0 +1,184 @@
+//! Reverse-mode autograd, candle style: each result remembers its `Op` and inputs;
+//! `backward()` orders the graph topologically and applies one gradient function per op
+//! family. Gradients are written in tensor ops, so every backend gets them for free.
+
+use std::cell::Cell;
+use std::collections::{HashMap, HashSet};
+
+use crate::op::{BinaryOp, ReduceOp, UnaryOp};
+use crate::tensor::TensorId;
+use crate::{Error, Result, Tensor};
+
+/// How a tensor was computed from its inputs.
+#[derive(Clone)]
+pub(crate) enum Op {
+    Unary(Tensor, UnaryOp),
+    Binary(Tensor, Tensor, BinaryOp),
+    WhereCond(Tensor, Tensor, Tensor),
+    /// Reduction keeping the reduced dims with size 1.
+    Reduce(Tensor, ReduceOp),
+    Matmul(Tensor, Tensor),
+    Reshape(Tensor),
+    Permute(Tensor, Vec<usize>),
+    Narrow(Tensor, usize, usize),
+    Broadcast(Tensor),
+    /// Contiguous copy or device transfer.
+    Copy(Tensor),
+    ToDType(Tensor),
+    Cat(Vec<Tensor>, usize),
+    IndexSelect(Tensor, Tensor, usize),
+    Gather(Tensor, Tensor, usize),
+    ScatterAdd(Tensor, Tensor, Tensor, usize),
+}
+
+impl Op {
+    pub(crate) fn inputs(&self) -> Vec<&Tensor> {
+        match self {
+            Op::Unary(a, _) | Op::Reduce(a, _) | Op::Reshape(a) | Op::Permute(a, _) | Op::Narrow(a, _, _) => vec![a],
+            Op::Broadcast(a) | Op::Copy(a) | Op::ToDType(a) => vec![a],
+            Op::IndexSelect(a, _, _) | Op::Gather(a, _, _) => vec![a],
+            Op::Binary(a, b, _) | Op::Matmul(a, b) => vec![a, b],
+            Op::WhereCond(_, t, f) => vec![t, f],
+            Op::ScatterAdd(a, _, s, _) => vec![a, s],
+            Op::Cat(xs, _) => xs.iter().collect(),
+        }
+    }
+}
+
+thread_local! {
+    static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+}
+
+pub(crate) fn grad_enabled() -> bool {
+    GRAD_ENABLED.with(|g| g.get())
+}
+
+/// Runs `f` without recording ops for autograd (inference, optimizer updates).
+pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
+    let _guard = NoGradGuard::new();
+    f()
+}
+
+/// Turns gradient recording off on this thread until dropped.
+pub struct NoGradGuard {
+    previous: bool,
+}
+
+impl NoGradGuard {
+    pub fn new() -> Self {
+        NoGradGuard { previous: GRAD_ENABLED.with(|g| g.replace(false)) }
+    }
+}
+
+impl Default for NoGradGuard {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for NoGradGuard {
+    fn drop(&mut self) {
+        GRAD_ENABLED.with(|g| g.set(self.previous));
+    }
+}
+
+/// Gradients by tensor id, as returned by `backward`.
+#[derive(Default, Clone)]
+pub struct GradStore(HashMap<TensorId, Tensor>);
+
+impl GradStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn get(&self, t: &Tensor) -> Option<&Tensor> {
+        self.0.get(&t.id())
+    }
+    pub fn get_id(&self, id: TensorId) -> Option<&Tensor> {
+        self.0.get(&id)
+    }
+    pub fn remove(&mut self, t: &Tensor) -> Option<Tensor> {
+        self.0.remove(&t.id())
+    }
+    pub fn insert(&mut self, t: &Tensor, grad: Tensor) {
+        self.0.insert(t.id(), grad);
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Adds `grad` to the gradient of `t` (or sets it).
+    pub fn accumulate(&mut self, t: &Tensor, grad: Tensor) -> Result<()> {
+        let sum = match self.0.remove(&t.id()) {
+            Some(prev) => prev.add(&grad)?,
+            None => grad,
+        };
+        self.0.insert(t.id(), sum);
+        Ok(())
+    }
+}
+
+/// Nodes that lead to a variable, children before parents (so reversed it is a valid
+/// backward order). Iterative: deep graphs (long unrolled RNNs) must not overflow the stack.
+fn sorted_nodes(root: &Tensor) -> Vec<Tensor> {
+    let mut order = Vec::new();
+    let mut visited = HashSet::new();
+    let mut stack = vec![(root.clone(), false)];
+    while let Some((node, expanded)) = stack.pop() {
+        if expanded {
+            order.push(node);
+            continue;
+        }
+        if !visited.insert(node.id()) {
+            continue;
+        }
+        stack.push((node.clone(), true));
+        if let Some(op) = node.op() {
+            for input in op.inputs() {
+                if input.tracks_grad() && !visited.contains(&input.id()) {
+                    stack.push((input.clone(), false));
+                }
+            }
+        }
+    }
+    order
+}
+
+impl Tensor {
+    /// Gradients of this tensor with respect to every tracked tensor it depends on. A
+    /// non-scalar tensor is seeded with ones (the gradient of its sum).
+    pub fn backward(&self) -> Result<GradStore> {
+        let mut grads = GradStore::new();
+        self.backward_into(&mut grads)?;
+        Ok(grads)
+    }
+
+    /// Like `backward`, but adds into `grads`: several calls accumulate, as in PyTorch.
+    pub fn backward_into(&self, grads: &mut GradStore) -> Result<()> {
+        if !self.tracks_grad() {
+            return Err(Error::Backward { msg: "the tensor does not depend on any variable (call requires_grad on an input)".into() });
+        }
+        if !self.dtype().is_float() {
+            return Err(Error::Backward { msg: format!("gradients need a float tensor, got {}", self.dtype()) });
+        }
+        let _guard = NoGradGuard::new();
+        let mut pending = GradStore::new();
+        pending.insert(self, self.ones_like()?);
+        for node in sorted_nodes(self).iter().rev() {
+            let Some(grad) = pending.remove(node) else { continue };
+            if let Some(op) = node.op() {
+                for (input, g) in crate::grad_fns::input_grads(op, node, &grad)? {
+                    if input.tracks_grad() {
+                        pending.accumulate(input, g)?;
+                    }
+                }
+            }
+            if node.is_variable() {
+                grads.accumulate(node, grad)?;
+            }
+        }
+        Ok(())
+    }
+}

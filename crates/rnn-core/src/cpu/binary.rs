@@ -1,0 +1,139 @@
+//! Binary ops, comparisons and where_cond. Inputs already share one (broadcast) shape;
+//! a broadcast input simply has stride 0, and the common cases get contiguous fast paths.
+
+use super::parallel::{par_fill, uninit_vec};
+use super::strided::StridedIndex;
+use super::unary::map;
+use super::CpuStorage;
+use crate::op::{BinaryKernel, BinaryOp, BinaryVisitor, CmpOp};
+use crate::{Error, Layout, Result};
+
+fn is_scalar(l: &Layout) -> bool {
+    l.strides().iter().zip(l.dims()).all(|(&s, &d)| s == 0 || d == 1)
+}
+
+/// `f(a[i], b[i])` for every element of two same-shape layouts.
+pub fn zip_map<T, U, V>(a: &[T], la: &Layout, b: &[U], lb: &Layout, f: impl Fn(T, U) -> V + Sync + Send) -> Vec<V>
+where
+    T: Copy + Sync,
+    U: Copy + Sync,
+    V: Copy + Default + Send,
+{
+    let n = la.shape().elem_count();
+    if n == 0 {
+        return Vec::new();
+    }
+    if is_scalar(lb) {
+        let s = b[lb.start_offset()];
+        return map(a, la, |x| f(x, s));
+    }
+    if is_scalar(la) {
+        let s = a[la.start_offset()];
+        return map(b, lb, |y| f(s, y));
+    }
+    let mut out = uninit_vec(n);
+    match (la.contiguous_offsets(), lb.contiguous_offsets()) {
+        (Some((sa, _)), Some((sb, _))) => par_fill(&mut out, |chunk, first| {
+            let (a, b) = (&a[sa + first..], &b[sb + first..]);
+            for ((o, &x), &y) in chunk.iter_mut().zip(a).zip(b) {
+                *o = f(x, y);
+            }
+        }),
+        (Some((sa, _)), None) => par_fill(&mut out, |chunk, first| {
+            let bi = StridedIndex::starting_at(lb, first);
+            for ((o, &x), j) in chunk.iter_mut().zip(&a[sa + first..]).zip(bi) {
+                *o = f(x, b[j]);
+            }
+        }),
+        _ => par_fill(&mut out, |chunk, first| {
+            let ai = StridedIndex::starting_at(la, first);
+            let bi = StridedIndex::starting_at(lb, first);
+            for ((o, i), j) in chunk.iter_mut().zip(ai).zip(bi) {
+                *o = f(a[i], b[j]);
+            }
+        }),
+    }
+    out
+}
+
+struct CpuBinary<'a> {
+    a: (&'a CpuStorage, &'a Layout),
+    b: (&'a CpuStorage, &'a Layout),
+}
+
+impl BinaryVisitor for CpuBinary<'_> {
+    type Out = Result<CpuStorage>;
+
+    fn visit<K: BinaryKernel>(self) -> Result<CpuStorage> {
+        let ((a, la), (b, lb)) = (self.a, self.b);
+        macro_rules! arm {
+            ($($v:ident),*) => {
+                match (a, b) {
+                    $((CpuStorage::$v(a), CpuStorage::$v(b)) => CpuStorage::$v(zip_map(a, la, b, lb, K::f)),)*
+                    _ => return Err(Error::DTypeMismatch { op: K::NAME, lhs: a.dtype(), rhs: b.dtype() }),
+                }
+            };
+        }
+        Ok(arm!(U8, U32, I64, F16, BF16, F32, F64))
+    }
+}
+
+impl CpuStorage {
+    pub fn binary(&self, la: &Layout, rhs: &CpuStorage, lb: &Layout, op: BinaryOp) -> Result<CpuStorage> {
+        op.visit(CpuBinary { a: (self, la), b: (rhs, lb) })
+    }
+
+    pub fn cmp(&self, la: &Layout, rhs: &CpuStorage, lb: &Layout, op: CmpOp) -> Result<CpuStorage> {
+        macro_rules! arm {
+            ($($v:ident),*) => {
+                match (self, rhs) {
+                    $((CpuStorage::$v(a), CpuStorage::$v(b)) => match op {
+                        CmpOp::Eq => zip_map(a, la, b, lb, |x, y| (x == y) as u8),
+                        CmpOp::Ne => zip_map(a, la, b, lb, |x, y| (x != y) as u8),
+                        CmpOp::Lt => zip_map(a, la, b, lb, |x, y| (x < y) as u8),
+                        CmpOp::Le => zip_map(a, la, b, lb, |x, y| (x <= y) as u8),
+                        CmpOp::Gt => zip_map(a, la, b, lb, |x, y| (x > y) as u8),
+                        CmpOp::Ge => zip_map(a, la, b, lb, |x, y| (x >= y) as u8),
+                    },)*
+                    _ => return Err(Error::DTypeMismatch { op: op.name(), lhs: self.dtype(), rhs: rhs.dtype() }),
+                }
+            };
+        }
+        Ok(CpuStorage::U8(arm!(U8, U32, I64, F16, BF16, F32, F64)))
+    }
+
+    /// `cond[i] != 0 ? on_true[i] : on_false[i]`; `self` is the condition.
+    pub fn where_cond(
+        &self,
+        lc: &Layout,
+        t: &CpuStorage,
+        lt: &Layout,
+        f: &CpuStorage,
+        lf: &Layout,
+    ) -> Result<CpuStorage> {
+        let cond = self.nonzero_mask(lc)?;
+        let lm = Layout::contiguous(lc.shape().clone());
+        macro_rules! arm {
+            ($($v:ident),*) => {
+                match (t, f) {
+                    $((CpuStorage::$v(t), CpuStorage::$v(f)) => {
+                        let picked = zip_map(&cond, &lm, t, lt, |c, x| (c, x));
+                        CpuStorage::$v(zip_map(&picked, &lm, f, lf, |(c, x), y| if c { x } else { y }))
+                    })*
+                    _ => return Err(Error::DTypeMismatch { op: "where_cond", lhs: t.dtype(), rhs: f.dtype() }),
+                }
+            };
+        }
+        Ok(arm!(U8, U32, I64, F16, BF16, F32, F64))
+    }
+
+    /// Contiguous booleans `x != 0` of an integer tensor.
+    fn nonzero_mask(&self, l: &Layout) -> Result<Vec<bool>> {
+        match self {
+            CpuStorage::U8(v) => Ok(map(v, l, |x| x != 0)),
+            CpuStorage::U32(v) => Ok(map(v, l, |x| x != 0)),
+            CpuStorage::I64(v) => Ok(map(v, l, |x| x != 0)),
+            s => Err(Error::UnsupportedDType { op: "where_cond", dtype: s.dtype(), hint: ": the condition must be u8, u32 or i64" }),
+        }
+    }
+}

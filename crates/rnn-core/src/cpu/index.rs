@@ -1,0 +1,108 @@
+//! index_select, gather and scatter_add. Indices may be u8, u32 or i64; every index is
+//! range-checked before any element moves, so a bad index is an error, never a crash.
+
+use std::borrow::Cow;
+
+use super::strided::StridedIndex;
+use super::CpuStorage;
+use crate::num::Elem;
+use crate::{Error, Layout, Result, Shape};
+
+/// `[outer, size, inner]` around `dim`.
+fn split_at(dims: &[usize], dim: usize) -> (usize, usize, usize) {
+    (dims[..dim].iter().product(), dims[dim], dims[dim + 1..].iter().product())
+}
+
+/// Indices as usize, each checked against `size`.
+fn checked_ids(op: &'static str, ids: &CpuStorage, l: &Layout, size: usize, shape: &Shape) -> Result<Vec<usize>> {
+    let raw = ids.indices_at(op, StridedIndex::new(l))?;
+    raw.into_iter()
+        .map(|i| {
+            if i < 0 || i as usize >= size {
+                Err(Error::IndexOutOfRange { op, index: i, size, shape: shape.clone() })
+            } else {
+                Ok(i as usize)
+            }
+        })
+        .collect()
+}
+
+fn contiguous<'a, T: Copy + Default + Send + Sync>(v: &'a [T], l: &Layout) -> Cow<'a, [T]> {
+    match l.contiguous_offsets() {
+        Some((a, b)) => Cow::Borrowed(&v[a..b]),
+        None => Cow::Owned(super::unary::map(v, l, |x| x)),
+    }
+}
+
+fn index_select_typed<T: Copy + Default>(x: &[T], (outer, _, inner): (usize, usize, usize), ids: &[usize], size: usize) -> Vec<T> {
+    let mut out = Vec::with_capacity(outer * ids.len() * inner);
+    for o in 0..outer {
+        for &i in ids {
+            out.extend_from_slice(&x[(o * size + i) * inner..][..inner]);
+        }
+    }
+    out
+}
+
+/// `out[o, j, k] = x[o, ids[o, j, k], k]` with `ids` of shape `[outer, m, inner]`.
+fn gather_typed<T: Copy + Default>(x: &[T], size: usize, ids: &[usize], (outer, m, inner): (usize, usize, usize)) -> Vec<T> {
+    let mut out = Vec::with_capacity(ids.len());
+    for o in 0..outer {
+        for j in 0..m {
+            for k in 0..inner {
+                out.push(x[(o * size + ids[(o * m + j) * inner + k]) * inner + k]);
+            }
+        }
+    }
+    out
+}
+
+/// `dst[o, ids[o, j, k], k] += src[o, j, k]`.
+fn scatter_add_typed<T: Elem>(dst: &mut [T], size: usize, ids: &[usize], src: &[T], (outer, m, inner): (usize, usize, usize)) {
+    for o in 0..outer {
+        for j in 0..m {
+            for k in 0..inner {
+                let s = (o * m + j) * inner + k;
+                let d = &mut dst[(o * size + ids[s]) * inner + k];
+                *d = d.add(src[s]);
+            }
+        }
+    }
+}
+
+impl CpuStorage {
+    /// Picks the slices `ids` (a 1-D tensor) along `dim`.
+    pub fn index_select(&self, l: &Layout, ids: &CpuStorage, il: &Layout, dim: usize) -> Result<CpuStorage> {
+        let sizes = split_at(l.dims(), dim);
+        let ids = checked_ids("index_select", ids, il, sizes.1, l.shape())?;
+        Ok(cpu_map_same!(self, v => index_select_typed(&contiguous(v, l), sizes, &ids, sizes.1)))
+    }
+
+    /// `out[.., j, ..] = x[.., ids[.., j, ..], ..]` along `dim`; `ids` has the output's shape.
+    pub fn gather(&self, l: &Layout, ids: &CpuStorage, il: &Layout, dim: usize) -> Result<CpuStorage> {
+        let size = l.dims()[dim];
+        let ids = checked_ids("gather", ids, il, size, l.shape())?;
+        let sizes = split_at(il.dims(), dim);
+        Ok(cpu_map_same!(self, v => gather_typed(&contiguous(v, l), size, &ids, sizes)))
+    }
+
+    /// A copy of `self` with `src` added at the positions `ids` names along `dim`.
+    pub fn scatter_add(&self, l: &Layout, ids: &CpuStorage, il: &Layout, src: &CpuStorage, sl: &Layout, dim: usize) -> Result<CpuStorage> {
+        let size = l.dims()[dim];
+        let ids = checked_ids("scatter_add", ids, il, size, l.shape())?;
+        let sizes = split_at(il.dims(), dim);
+        macro_rules! arm {
+            ($($v:ident),*) => {
+                match (self, src) {
+                    $((CpuStorage::$v(d), CpuStorage::$v(s)) => {
+                        let mut out = contiguous(d, l).into_owned();
+                        scatter_add_typed(&mut out, size, &ids, &contiguous(s, sl), sizes);
+                        CpuStorage::$v(out)
+                    })*
+                    (a, b) => return Err(Error::DTypeMismatch { op: "scatter_add", lhs: a.dtype(), rhs: b.dtype() }),
+                }
+            };
+        }
+        Ok(arm!(U8, U32, I64, F16, BF16, F32, F64))
+    }
+}

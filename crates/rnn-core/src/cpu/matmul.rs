@@ -1,0 +1,105 @@
+//! Batched matmul through the `gemm` crate (runtime-dispatched AVX2 / AVX-512 kernels).
+//! Inputs are `[batch.., m, k]` and `[batch.., k, n]` with equal batch dims, any strides.
+
+use gemm::{gemm, Parallelism};
+use half::f16;
+use rayon::prelude::*;
+
+use super::strided::StridedIndex;
+use super::CpuStorage;
+use crate::{Error, Layout, Result};
+
+/// Matmuls below this many multiply-adds run on one thread.
+const PAR_FLOPS: usize = 1 << 18;
+
+struct Dims {
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+}
+
+fn batch_offsets(l: &Layout) -> Vec<usize> {
+    let r = l.dims().len();
+    let outer = Layout::new(l.dims()[..r - 2].to_vec().into(), l.strides()[..r - 2].to_vec(), l.start_offset());
+    StridedIndex::new(&outer).collect()
+}
+
+fn gemm_typed<T: Copy + Default + Send + Sync + 'static>(
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+    d: &Dims,
+    zero: T,
+    one: T,
+) -> Vec<T> {
+    let mut out = vec![T::default(); d.batch * d.m * d.n];
+    if out.is_empty() {
+        return out;
+    }
+    let (ra, rb) = (la.dims().len(), lb.dims().len());
+    let (a_rs, a_cs) = (la.strides()[ra - 2] as isize, la.strides()[ra - 1] as isize);
+    let (b_rs, b_cs) = (lb.strides()[rb - 2] as isize, lb.strides()[rb - 1] as isize);
+    let (oa, ob) = (batch_offsets(la), batch_offsets(lb));
+    let flops = d.m * d.n * d.k;
+    let threads = rayon::current_num_threads();
+    let run = |dst: &mut [T], i: usize, par: Parallelism| unsafe {
+        // SAFETY: every offset and stride comes from layouts checked against the storage
+        // length in `matmul` below; dst is exactly m*n elements, row-major.
+        gemm(
+            d.m, d.n, d.k,
+            dst.as_mut_ptr(), 1, d.n as isize, false,
+            a.as_ptr().add(oa[i]), a_cs, a_rs,
+            b.as_ptr().add(ob[i]), b_cs, b_rs,
+            zero, one, false, false, false, par,
+        )
+    };
+    let chunks = out.chunks_mut(d.m * d.n);
+    if flops >= PAR_FLOPS && (d.batch < threads || flops >= 64 * PAR_FLOPS) {
+        chunks.enumerate().for_each(|(i, dst)| run(dst, i, Parallelism::Rayon(threads)));
+    } else {
+        chunks.collect::<Vec<_>>().into_par_iter().enumerate().for_each(|(i, dst)| run(dst, i, Parallelism::None));
+    }
+    out
+}
+
+fn check_extent(op: &'static str, len: usize, l: &Layout) -> Result<()> {
+    if l.storage_extent() > len {
+        return Err(Error::invalid(op, format!("layout {l:?} reaches past a storage of {len} elements")));
+    }
+    Ok(())
+}
+
+impl CpuStorage {
+    /// `[.., m, k] x [.., k, n] -> [.., m, n]`; batch dims of both layouts are equal.
+    pub fn matmul(&self, la: &Layout, rhs: &CpuStorage, lb: &Layout) -> Result<CpuStorage> {
+        check_extent("matmul", self.len(), la)?;
+        check_extent("matmul", rhs.len(), lb)?;
+        let (ad, bd) = (la.dims(), lb.dims());
+        let r = ad.len();
+        let d = Dims { batch: ad[..r - 2].iter().product(), m: ad[r - 2], k: ad[r - 1], n: bd[r - 1] };
+        Ok(match (self, rhs) {
+            (CpuStorage::F32(a), CpuStorage::F32(b)) => CpuStorage::F32(gemm_typed(a, la, b, lb, &d, 0.0, 1.0)),
+            (CpuStorage::F64(a), CpuStorage::F64(b)) => CpuStorage::F64(gemm_typed(a, la, b, lb, &d, 0.0, 1.0)),
+            (CpuStorage::F16(a), CpuStorage::F16(b)) => {
+                CpuStorage::F16(gemm_typed(a, la, b, lb, &d, f16::ZERO, f16::ONE))
+            }
+            (CpuStorage::BF16(_), CpuStorage::BF16(_)) => {
+                // gemm has no bf16 kernel: compute in f32, round once at the end.
+                let (a32, b32) = (self.to_dtype(la, crate::DType::F32)?, rhs.to_dtype(lb, crate::DType::F32)?);
+                let (ca, cb) = (Layout::contiguous(la.shape().clone()), Layout::contiguous(lb.shape().clone()));
+                let out = a32.matmul(&ca, &b32, &cb)?;
+                let n = out.len();
+                out.to_dtype(&Layout::contiguous(n), crate::DType::BF16)?
+            }
+            (a, b) if a.dtype() != b.dtype() => {
+                return Err(Error::DTypeMismatch { op: "matmul", lhs: a.dtype(), rhs: b.dtype() })
+            }
+            (a, _) => {
+                return Err(Error::UnsupportedDType { op: "matmul", dtype: a.dtype(), hint: ": use a float dtype" })
+            }
+        })
+    }
+}
+

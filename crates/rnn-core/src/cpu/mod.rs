@@ -1,0 +1,119 @@
+//! The CPU backend: rayon for parallel loops, contiguous fast paths the compiler
+//! vectorizes, the `gemm` crate for matmul. It is the reference for every GPU kernel.
+
+
+use half::{bf16, f16};
+
+use crate::{DType, Error, Result, WithDType};
+
+/// Elements of one dtype in host memory.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CpuStorage {
+    U8(Vec<u8>),
+    U32(Vec<u32>),
+    I64(Vec<i64>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+/// Runs `$body` with `$v` bound to the typed vector, whatever the dtype.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! cpu_each {
+    ($s:expr, $v:ident => $body:expr) => {
+        match $s {
+            $crate::cpu::CpuStorage::U8($v) => $body,
+            $crate::cpu::CpuStorage::U32($v) => $body,
+            $crate::cpu::CpuStorage::I64($v) => $body,
+            $crate::cpu::CpuStorage::F16($v) => $body,
+            $crate::cpu::CpuStorage::BF16($v) => $body,
+            $crate::cpu::CpuStorage::F32($v) => $body,
+            $crate::cpu::CpuStorage::F64($v) => $body,
+        }
+    };
+}
+
+/// Like `cpu_each!`, but `$body` yields a `Vec` of the same dtype, wrapped back up.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! cpu_map_same {
+    ($s:expr, $v:ident => $body:expr) => {
+        match $s {
+            $crate::cpu::CpuStorage::U8($v) => $crate::cpu::CpuStorage::U8($body),
+            $crate::cpu::CpuStorage::U32($v) => $crate::cpu::CpuStorage::U32($body),
+            $crate::cpu::CpuStorage::I64($v) => $crate::cpu::CpuStorage::I64($body),
+            $crate::cpu::CpuStorage::F16($v) => $crate::cpu::CpuStorage::F16($body),
+            $crate::cpu::CpuStorage::BF16($v) => $crate::cpu::CpuStorage::BF16($body),
+            $crate::cpu::CpuStorage::F32($v) => $crate::cpu::CpuStorage::F32($body),
+            $crate::cpu::CpuStorage::F64($v) => $crate::cpu::CpuStorage::F64($body),
+        }
+    };
+}
+
+mod binary;
+mod copy;
+mod index;
+mod matmul;
+pub mod parallel;
+mod reduce;
+pub mod strided;
+mod unary;
+
+impl CpuStorage {
+    pub fn dtype(&self) -> DType {
+        match self {
+            CpuStorage::U8(_) => DType::U8,
+            CpuStorage::U32(_) => DType::U32,
+            CpuStorage::I64(_) => DType::I64,
+            CpuStorage::F16(_) => DType::F16,
+            CpuStorage::BF16(_) => DType::BF16,
+            CpuStorage::F32(_) => DType::F32,
+            CpuStorage::F64(_) => DType::F64,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        cpu_each!(self, v => v.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `n` copies of `value` converted to `dtype`.
+    pub fn full(value: f64, n: usize, dtype: DType) -> CpuStorage {
+        fn fill<T: WithDType>(value: f64, n: usize) -> CpuStorage {
+            T::into_storage(vec![T::from_f64(value); n])
+        }
+        match dtype {
+            DType::U8 => fill::<u8>(value, n),
+            DType::U32 => fill::<u32>(value, n),
+            DType::I64 => fill::<i64>(value, n),
+            DType::F16 => fill::<f16>(value, n),
+            DType::BF16 => fill::<bf16>(value, n),
+            DType::F32 => fill::<f32>(value, n),
+            DType::F64 => fill::<f64>(value, n),
+        }
+    }
+
+    pub fn as_slice<T: WithDType>(&self) -> Result<&[T]> {
+        T::slice_of(self).ok_or(Error::DTypeMismatch { op: "as_slice", lhs: self.dtype(), rhs: T::DTYPE })
+    }
+
+    /// Every element widened to f64 (in storage order).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        cpu_each!(self, v => v.iter().map(|x| x.to_f64()).collect())
+    }
+
+    /// Index values (any integer dtype) as usize, with negative values reported.
+    pub(crate) fn indices_at(&self, op: &'static str, offsets: impl Iterator<Item = usize>) -> Result<Vec<i64>> {
+        match self {
+            CpuStorage::U8(v) => Ok(offsets.map(|o| v[o] as i64).collect()),
+            CpuStorage::U32(v) => Ok(offsets.map(|o| v[o] as i64).collect()),
+            CpuStorage::I64(v) => Ok(offsets.map(|o| v[o]).collect()),
+            s => Err(Error::UnsupportedDType { op, dtype: s.dtype(), hint: ": indices must be u8, u32 or i64" }),
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Reductions over any set of dims. The input is seen as `[outer, r, inner]` with the
+//! reduced dims merged into `r` (copying first when they are not one contiguous block).
+
+use rayon::prelude::*;
+
+use super::parallel::{par_fill, PAR_THRESHOLD};
+use super::CpuStorage;
+use crate::op::ReduceOp;
+use crate::{Layout, Result, WithDType};
+
+/// Accumulation of one reduction: `step` folds an element (at position `j` of the reduced
+/// block) into the accumulator, `merge` joins two partial results in order.
+trait Reducer<T>: Sync {
+    type Acc: Copy + Send + Sync;
+    type Out: Copy + Default + Send;
+    fn init(&self) -> Self::Acc;
+    fn step(&self, acc: Self::Acc, x: T, j: u32) -> Self::Acc;
+    fn merge(&self, a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    fn finish(&self, acc: Self::Acc) -> Self::Out;
+    /// Folds a contiguous run; reducers override it with a vectorizable loop.
+    fn fold(&self, xs: &[T], first: u32) -> Self::Acc
+    where
+        T: Copy,
+    {
+        xs.iter().enumerate().fold(self.init(), |acc, (j, &x)| self.step(acc, x, first + j as u32))
+    }
+}
+
+struct Sum;
+impl<T: WithDType + Default> Reducer<T> for Sum {
+    type Acc = f64;
+    type Out = T;
+    fn init(&self) -> f64 {
+        0.0
+    }
+    fn step(&self, acc: f64, x: T, _: u32) -> f64 {
+        acc + x.to_f64()
+    }
+    fn merge(&self, a: f64, b: f64) -> f64 {
+        a + b
+    }
+    fn finish(&self, acc: f64) -> T {
+        T::from_f64(acc)
+    }
+    fn fold(&self, xs: &[T], _: u32) -> f64 {
+        // Eight independent sums: vectorizes, and is more accurate than one long chain.
+        let mut lanes = [0f64; 8];
+        let chunks = xs.chunks_exact(8);
+        let tail: f64 = chunks.remainder().iter().map(|x| x.to_f64()).sum();
+        for c in chunks {
+            for (l, x) in lanes.iter_mut().zip(c) {
+                *l += x.to_f64();
+            }
+        }
+        lanes.iter().sum::<f64>() + tail
+    }
+}
+
+/// Max (`GREATER`) or min, optionally returning the position instead of the value.
+struct Extreme<const GREATER: bool, const ARG: bool>;
+impl<T: WithDType + Default, const G: bool, const A: bool> Reducer<T> for Extreme<G, A> {
+    type Acc = (T, u32);
+    type Out = f64;
+    fn init(&self) -> (T, u32) {
+        // Saturating casts make this the lowest (highest) value of every dtype.
+        (T::from_f64(if G { f64::NEG_INFINITY } else { f64::INFINITY }), u32::MAX)
+    }
+    fn step(&self, acc: (T, u32), x: T, j: u32) -> (T, u32) {
+        let better = if G { x > acc.0 } else { x < acc.0 };
+        // NaN wins, as in PyTorch: a NaN anywhere makes max and min NaN.
+        if better || acc.1 == u32::MAX || (x != x && acc.0 == acc.0) { (x, j) } else { acc }
+    }
+    fn merge(&self, a: (T, u32), b: (T, u32)) -> (T, u32) {
+        if b.1 == u32::MAX {
+            return a;
+        }
+        self.step(a, b.0, b.1)
+    }
+    fn finish(&self, acc: (T, u32)) -> f64 {
+        if A { acc.1 as f64 } else { acc.0.to_f64() }
+    }
+}
+
+/// Reduces `x` = `[outer, r, inner]` (contiguous) to `[outer, inner]`.
+fn reduce3<T: Copy + Sync, R: Reducer<T>>(x: &[T], outer: usize, r: usize, inner: usize, red: &R) -> Vec<R::Out> {
+    let mut out = vec![R::Out::default(); outer * inner];
+    if inner == 1 && outer < 2 * rayon::current_num_threads() && r >= PAR_THRESHOLD {
+        // Few long rows: split each row over the threads instead.
+        for (o, row) in out.iter_mut().zip(x.chunks(r)) {
+            let acc = row
+                .par_chunks(PAR_THRESHOLD)
+                .enumerate()
+                .map(|(c, part)| fold(part, (c * PAR_THRESHOLD) as u32, red))
+                .reduce(|| red.init(), |a, b| red.merge(a, b));
+            *o = red.finish(acc);
+        }
+        return out;
+    }
+    par_fill(&mut out, |chunk, first| {
+        if inner == 1 {
+            for (k, o) in chunk.iter_mut().enumerate() {
+                *o = red.finish(fold(&x[(first + k) * r..(first + k + 1) * r], 0, red));
+            }
+            return;
+        }
+        let mut k = 0;
+        while k < chunk.len() {
+            // One run of outputs sharing the outer index: accumulate rows of `inner`.
+            let (o, i0) = ((first + k) / inner, (first + k) % inner);
+            let len = (inner - i0).min(chunk.len() - k);
+            let mut acc = vec![red.init(); len];
+            for j in 0..r {
+                let row = &x[(o * r + j) * inner + i0..][..len];
+                for (a, &v) in acc.iter_mut().zip(row) {
+                    *a = red.step(*a, v, j as u32);
+                }
+            }
+            for (dst, a) in chunk[k..k + len].iter_mut().zip(acc) {
+                *dst = red.finish(a);
+            }
+            k += len;
+        }
+    });
+    out
+}
+
+fn fold<T: Copy, R: Reducer<T>>(xs: &[T], first: u32, red: &R) -> R::Acc {
+    red.fold(xs, first)
+}
+
+/// Sizes `(outer, r, inner)` when `dims` is one contiguous block of a contiguous layout.
+fn block_sizes(l: &Layout, dims: &[usize]) -> Option<(usize, usize, usize)> {
+    let (first, last) = (*dims.first()?, *dims.last()?);
+    if !l.is_contiguous() || last - first + 1 != dims.len() {
+        return None;
+    }
+    let d = l.dims();
+    Some((d[..first].iter().product(), d[first..=last].iter().product(), d[last + 1..].iter().product()))
+}
+
+impl CpuStorage {
+    /// Reduces over `dims` (sorted, unique); the result keeps them with size 1.
+    pub fn reduce(&self, l: &Layout, op: ReduceOp, dims: &[usize]) -> Result<CpuStorage> {
+        if let Some((outer, r, inner)) = block_sizes(l, dims) {
+            return Ok(self.reduce_block(l.start_offset(), outer, r, inner, op));
+        }
+        // Move the reduced dims last and make that contiguous.
+        let kept = (0..l.dims().len()).filter(|d| !dims.contains(d));
+        let perm: Vec<usize> = kept.chain(dims.iter().copied()).collect();
+        let moved = l.permute(&perm)?;
+        let r: usize = dims.iter().map(|&d| l.dims()[d]).product();
+        let outer = l.shape().elem_count() / r.max(1);
+        Ok(self.copy_strided(&moved)?.reduce_block(0, outer, r, 1, op))
+    }
+
+    fn reduce_block(&self, offset: usize, outer: usize, r: usize, inner: usize, op: ReduceOp) -> CpuStorage {
+        let n = outer * r * inner;
+        cpu_each!(self, v => reduce_typed(&v[offset..offset + n], outer, r, inner, op))
+    }
+}
+
+fn reduce_typed<T: WithDType + Default>(x: &[T], outer: usize, r: usize, inner: usize, op: ReduceOp) -> CpuStorage {
+    let values = |v: Vec<f64>| T::into_storage(v.into_iter().map(T::from_f64).collect());
+    let indices = |v: Vec<f64>| CpuStorage::U32(v.into_iter().map(|i| i as u32).collect());
+    match op {
+        ReduceOp::Sum => T::into_storage(reduce3(x, outer, r, inner, &Sum)),
+        ReduceOp::Max => values(reduce3(x, outer, r, inner, &Extreme::<true, false>)),
+        ReduceOp::Min => values(reduce3(x, outer, r, inner, &Extreme::<false, false>)),
+        ReduceOp::ArgMax => indices(reduce3(x, outer, r, inner, &Extreme::<true, true>)),
+        ReduceOp::ArgMin => indices(reduce3(x, outer, r, inner, &Extreme::<false, true>)),
+    }
+}

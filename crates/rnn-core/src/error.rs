@@ -1,0 +1,77 @@
+//! The one error type of the library. Every variant names the op that failed and the
+//! shapes, dtypes or devices involved, so a message is enough to find the bad call.
+
+use crate::{DType, Device, Shape};
+
+#[derive(thiserror::Error, Debug, Clone, PartialEq)]
+pub enum Error {
+    #[error("{op}: shape mismatch, lhs {lhs:?} vs rhs {rhs:?}")]
+    ShapeMismatch { op: &'static str, lhs: Shape, rhs: Shape },
+
+    #[error("{op}: shapes {lhs:?} and {rhs:?} cannot be broadcast together")]
+    BroadcastIncompatible { op: &'static str, lhs: Shape, rhs: Shape },
+
+    #[error("{op}: dtype mismatch, {lhs:?} vs {rhs:?}")]
+    DTypeMismatch { op: &'static str, lhs: DType, rhs: DType },
+
+    #[error("{op}: dtype {dtype:?} is not supported{hint}")]
+    UnsupportedDType { op: &'static str, dtype: DType, hint: &'static str },
+
+    #[error("{op}: device mismatch, {lhs:?} vs {rhs:?}")]
+    DeviceMismatch { op: &'static str, lhs: Device, rhs: Device },
+
+    #[error("{op}: dim {dim} is out of range for a tensor of shape {shape:?}")]
+    DimOutOfRange { op: &'static str, dim: i64, shape: Shape },
+
+    #[error("{op}: dim {dim} appears twice")]
+    DuplicateDim { op: &'static str, dim: usize },
+
+    #[error("{op}: index {index} is out of range for size {size} (shape {shape:?})")]
+    IndexOutOfRange { op: &'static str, index: i64, size: usize, shape: Shape },
+
+    #[error("{op}: {what} out of range for shape {shape:?}")]
+    NarrowOutOfRange { op: &'static str, what: String, shape: Shape },
+
+    #[error("{op}: empty tensor of shape {shape:?}")]
+    EmptyTensor { op: &'static str, shape: Shape },
+
+    #[error("{op}: {got} elements cannot fill shape {shape:?} ({expected} elements)")]
+    ElementCountMismatch { op: &'static str, shape: Shape, expected: usize, got: usize },
+
+    #[error("{op}: {msg}")]
+    InvalidArgument { op: &'static str, msg: String },
+
+    #[error("{op}: rank {got} given, rank {expected} expected (shape {shape:?})")]
+    RankMismatch { op: &'static str, expected: usize, got: usize, shape: Shape },
+
+    #[error("backward: {msg}")]
+    Backward { msg: String },
+
+    #[error("this build of rnn was compiled without the \"{0}\" feature; rebuild with `--features {0}`")]
+    NotCompiledWith(&'static str),
+
+    #[error("device not available: {0}")]
+    DeviceNotAvailable(String),
+
+    #[error("out of memory: requested {requested} bytes, {free} free of {total}")]
+    OutOfMemory { requested: usize, free: usize, total: usize },
+
+    #[error("{0}")]
+    Msg(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn invalid(op: &'static str, msg: impl Into<String>) -> Self {
+        Error::InvalidArgument { op, msg: msg.into() }
+    }
+}
+
+/// Returns early with an [`Error::InvalidArgument`].
+#[macro_export]
+macro_rules! bail {
+    ($op:expr, $($arg:tt)*) => {
+        return Err($crate::Error::InvalidArgument { op: $op, msg: format!($($arg)*) })
+    };
+}

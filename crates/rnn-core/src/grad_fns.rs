@@ -1,0 +1,158 @@
+//! The gradient of each op family: given the op, its output `y` and the gradient `g` of the
+//! loss with respect to `y`, the gradients with respect to its inputs.
+
+use crate::backprop::Op;
+use crate::op::{BinaryOp, ReduceOp, UnaryOp};
+use crate::{Result, Tensor};
+
+pub(crate) fn input_grads<'a>(op: &'a Op, y: &Tensor, g: &Tensor) -> Result<Vec<(&'a Tensor, Tensor)>> {
+    Ok(match op {
+        Op::Unary(x, u) => vec![(x, unary_grad(*u, x, y, g)?)],
+        Op::Binary(a, b, bop) => {
+            let (ga, gb) = binary_grad(*bop, a, b, y, g)?;
+            vec![(a, ga), (b, gb)]
+        }
+        Op::WhereCond(c, t, f) => {
+            let zero = g.zeros_like()?;
+            vec![(t, c.where_cond(g, &zero)?), (f, c.where_cond(&zero, g)?)]
+        }
+        Op::Reduce(x, r) => vec![(x, reduce_grad(*r, x, y, g)?)],
+        Op::Matmul(a, b) => vec![(a, g.matmul(&b.t()?)?), (b, a.t()?.matmul(g)?)],
+        Op::Reshape(x) => vec![(x, g.reshape(x.shape())?)],
+        Op::Permute(x, perm) => {
+            let mut inverse = vec![0; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inverse[p] = i;
+            }
+            vec![(x, g.permute(&inverse)?)]
+        }
+        Op::Narrow(x, dim, start) => vec![(x, narrow_grad(x, *dim, *start, g)?)],
+        Op::Broadcast(x) => vec![(x, sum_to_shape(g, x)?)],
+        Op::Copy(x) => vec![(x, g.to_device(x.device())?)],
+        Op::ToDType(x) => vec![(x, g.to_dtype(x.dtype())?)],
+        Op::Cat(xs, dim) => {
+            let mut start = 0;
+            let mut out = Vec::with_capacity(xs.len());
+            for x in xs {
+                let len = x.dims()[*dim];
+                out.push((x, g.narrow(*dim, start, len)?));
+                start += len;
+            }
+            out
+        }
+        Op::IndexSelect(x, ids, dim) => {
+            // Every picked slice sends its gradient back to the row it came from.
+            let mut shape = vec![1; g.rank()];
+            shape[*dim] = ids.elem_count();
+            let ids = ids.reshape(shape)?.broadcast_as(g.shape())?;
+            vec![(x, x.zeros_like()?.scatter_add(&ids, g, *dim)?)]
+        }
+        Op::Gather(x, ids, dim) => vec![(x, x.zeros_like()?.scatter_add(ids, g, *dim)?)],
+        Op::ScatterAdd(x, ids, src, dim) => vec![(x, g.clone()), (src, g.gather(ids, *dim)?)],
+    })
+}
+
+/// d/dx of each unary op of the op table, times `g`.
+fn unary_grad(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
+    use std::f64::consts::{FRAC_2_SQRT_PI, PI};
+    match op {
+        UnaryOp::Neg => g.neg(),
+        UnaryOp::Abs => g.mul(&x.step()?.sub(&x.neg()?.step()?)?),
+        UnaryOp::Exp => g.mul(y),
+        UnaryOp::Log => g.div(x),
+        UnaryOp::Sqrt => g.div(&y.mul_scalar(2.0)?),
+        UnaryOp::Recip => g.mul(&y.sqr()?)?.neg(),
+        UnaryOp::Sqr => g.mul(&x.mul_scalar(2.0)?),
+        UnaryOp::Sin => g.mul(&x.cos()?),
+        UnaryOp::Cos => g.mul(&x.sin()?.neg()?),
+        UnaryOp::Tanh => g.mul(&y.sqr()?.neg()?.add_scalar(1.0)?),
+        UnaryOp::Erf => g.mul(&x.sqr()?.neg()?.exp()?.mul_scalar(FRAC_2_SQRT_PI)?),
+        UnaryOp::Sigmoid => g.mul(&y.mul(&y.neg()?.add_scalar(1.0)?)?),
+        UnaryOp::Relu => g.mul(&x.step()?),
+        UnaryOp::Gelu => {
+            // y = 0.5 x (1 + tanh(u)), u = c (x + 0.044715 x^3), c = sqrt(2 / pi)
+            let c = (2.0 / PI).sqrt();
+            let x2 = x.sqr()?;
+            let t = x.add(&x.mul(&x2)?.mul_scalar(0.044715)?)?.mul_scalar(c)?.tanh()?;
+            let du = x2.mul_scalar(3.0 * 0.044715)?.add_scalar(1.0)?.mul_scalar(c)?;
+            let dt = t.sqr()?.neg()?.add_scalar(1.0)?;
+            let d = t.add_scalar(1.0)?.mul_scalar(0.5)?.add(&x.mul(&dt)?.mul(&du)?.mul_scalar(0.5)?)?;
+            g.mul(&d)
+        }
+        UnaryOp::GeluErf => {
+            // Phi(x) + x phi(x)
+            let cdf = x.mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?.erf()?.add_scalar(1.0)?.mul_scalar(0.5)?;
+            let pdf = x.sqr()?.mul_scalar(-0.5)?.exp()?.mul_scalar(1.0 / (2.0 * PI).sqrt())?;
+            g.mul(&cdf.add(&x.mul(&pdf)?)?)
+        }
+        UnaryOp::Silu => {
+            let s = x.sigmoid()?;
+            g.mul(&s.mul(&x.mul(&s.neg()?.add_scalar(1.0)?)?.add_scalar(1.0)?)?)
+        }
+        UnaryOp::Softplus => g.mul(&x.sigmoid()?),
+        UnaryOp::Step => g.zeros_like(),
+    }
+}
+
+/// (d/da, d/db) of each binary op, times `g`; inputs already share the output's shape.
+fn binary_grad(op: BinaryOp, a: &Tensor, b: &Tensor, y: &Tensor, g: &Tensor) -> Result<(Tensor, Tensor)> {
+    Ok(match op {
+        BinaryOp::Add => (g.clone(), g.clone()),
+        BinaryOp::Sub => (g.clone(), g.neg()?),
+        BinaryOp::Mul => (g.mul(b)?, g.mul(a)?),
+        BinaryOp::Div => (g.div(b)?, g.mul(a)?.div(&b.sqr()?)?.neg()?),
+        BinaryOp::Pow => {
+            let ga = g.mul(b)?.mul(&a.pow(&b.add_scalar(-1.0)?)?)?;
+            (ga, g.mul(y)?.mul(&a.log()?)?)
+        }
+        BinaryOp::Maximum | BinaryOp::Minimum => {
+            let pick_a = if op == BinaryOp::Maximum { a.ge(b)? } else { a.le(b)? };
+            let zero = g.zeros_like()?;
+            (pick_a.where_cond(g, &zero)?, pick_a.where_cond(&zero, g)?)
+        }
+    })
+}
+
+fn reduce_grad(op: ReduceOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
+    let g = g.broadcast_as(x.shape())?;
+    match op {
+        ReduceOp::Sum => Ok(g),
+        ReduceOp::Max | ReduceOp::Min => {
+            // The gradient goes to the elements equal to the extreme.
+            let hit = x.eq(&y.broadcast_as(x.shape())?)?;
+            hit.where_cond(&g, &g.zeros_like()?)
+        }
+        ReduceOp::ArgMax | ReduceOp::ArgMin => g.zeros_like(),
+    }
+}
+
+/// Zero-padded gradient of a narrow.
+fn narrow_grad(x: &Tensor, dim: usize, start: usize, g: &Tensor) -> Result<Tensor> {
+    let total = x.dims()[dim];
+    let len = g.dims()[dim];
+    let mut parts = Vec::with_capacity(3);
+    let zeros = |n: usize| {
+        let mut shape = g.dims().to_vec();
+        shape[dim] = n;
+        Tensor::zeros(shape, g.dtype(), g.device())
+    };
+    if start > 0 {
+        parts.push(zeros(start)?);
+    }
+    parts.push(g.clone());
+    if start + len < total {
+        parts.push(zeros(total - start - len)?);
+    }
+    Tensor::cat(&parts, dim)
+}
+
+/// Sums `g` down to `x`'s shape, undoing a broadcast.
+fn sum_to_shape(g: &Tensor, x: &Tensor) -> Result<Tensor> {
+    let extra = g.rank() - x.rank();
+    let mut dims: Vec<usize> = (0..extra).collect();
+    dims.extend((0..x.rank()).filter(|&i| x.dims()[i] == 1 && g.dims()[i + extra] != 1).map(|i| i + extra));
+    if dims.is_empty() {
+        return Ok(g.clone());
+    }
+    g.sum_keepdim(dims)?.reshape(x.shape())
+}

@@ -1,0 +1,41 @@
+//! rnn-core: tensors with autograd over CPU, CUDA and wgpu storage.
+//!
+//! ```
+//! use rnn_core::{Device, DType, Tensor};
+//! # fn main() -> rnn_core::Result<()> {
+//! let x = Tensor::randn(0.0, 1.0, (4, 3), DType::F32, Device::Cpu)?.requires_grad();
+//! let w = Tensor::ones((3, 2), DType::F32, Device::Cpu)?.requires_grad();
+//! let loss = x.matmul(&w)?.relu()?.sum_all()?;
+//! let grads = loss.backward()?;
+//! assert_eq!(grads.get(&w).unwrap().dims(), &[3, 2]);
+//! # Ok(()) }
+//! ```
+
+#[macro_use]
+pub mod cpu;
+
+pub mod backends;
+mod backprop;
+mod device;
+mod dtype;
+mod error;
+mod grad_fns;
+mod layout;
+mod ndarray_conv;
+pub mod num;
+pub mod op;
+mod ops;
+mod random;
+mod shape;
+pub mod storage;
+mod tensor;
+mod view;
+
+pub use backprop::{no_grad, GradStore, NoGradGuard};
+pub use device::Device;
+pub use dtype::{DType, WithDType};
+pub use error::{Error, Result};
+pub use layout::Layout;
+pub use random::manual_seed;
+pub use shape::{AllDims, Dim, Dims, Shape};
+pub use tensor::{Tensor, TensorId};

@@ -1,0 +1,216 @@
+//! The op table: every elementwise op is defined here once, with its CPU formula and the
+//! CUDA / WGSL expressions the GPU backends generate their kernels from. Adding an
+//! elementwise op means adding one line to one of the tables below.
+//!
+//! Backward formulas live in `backprop.rs`, one function per op family.
+
+use crate::num::{Elem, Float};
+
+/// Calls `visit::<K>()` with the zero-sized kernel type of an op, so that backends write one
+/// generic loop and the compiler inlines each op's formula into it.
+pub trait UnaryVisitor {
+    type Out;
+    fn visit<K: UnaryKernel>(self) -> Self::Out;
+}
+pub trait UnaryKernel {
+    const NAME: &'static str;
+    fn f<F: Float>(x: F) -> F;
+}
+pub trait BinaryVisitor {
+    type Out;
+    fn visit<K: BinaryKernel>(self) -> Self::Out;
+}
+pub trait BinaryKernel {
+    const NAME: &'static str;
+    fn f<T: Elem>(a: T, b: T) -> T;
+}
+
+macro_rules! unary_table {
+    ($($op:ident $name:literal |$x:ident| $cpu:expr, cuda: $cuda:literal, wgsl: $wgsl:literal;)*) => {
+        /// Elementwise ops of one float input.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum UnaryOp { $($op),* }
+
+        /// Zero-sized kernel types, one per unary op.
+        pub mod unary {
+            use super::*;
+            $(
+                pub struct $op;
+                impl UnaryKernel for $op {
+                    const NAME: &'static str = $name;
+                    #[inline(always)]
+                    fn f<F: Float>($x: F) -> F { $cpu }
+                }
+            )*
+        }
+
+        impl UnaryOp {
+            pub const ALL: &'static [UnaryOp] = &[$(UnaryOp::$op),*];
+            pub fn name(self) -> &'static str { match self { $(UnaryOp::$op => $name),* } }
+            /// CUDA C expression of `x` (float or double; half types are widened first).
+            pub fn cuda_expr(self) -> &'static str { match self { $(UnaryOp::$op => $cuda),* } }
+            /// WGSL expression of `x`.
+            pub fn wgsl_expr(self) -> &'static str { match self { $(UnaryOp::$op => $wgsl),* } }
+            pub fn visit<V: UnaryVisitor>(self, v: V) -> V::Out {
+                match self { $(UnaryOp::$op => v.visit::<unary::$op>()),* }
+            }
+            /// The CPU formula in f64, for tests and scalars.
+            pub fn eval_f64(self, x: f64) -> f64 {
+                match self { $(UnaryOp::$op => <unary::$op as UnaryKernel>::f(x)),* }
+            }
+        }
+    };
+}
+
+// d/dx of each op is in backprop.rs (`unary_grad`).
+unary_table! {
+    Neg      "neg"      |x| -x,                   cuda: "(-x)",             wgsl: "(-x)";
+    Abs      "abs"      |x| x.abs(),              cuda: "fabs(x)",          wgsl: "abs(x)";
+    Exp      "exp"      |x| x.exp(),              cuda: "exp(x)",           wgsl: "exp(x)";
+    Log      "log"      |x| x.ln(),               cuda: "log(x)",           wgsl: "log(x)";
+    Sqrt     "sqrt"     |x| x.sqrt(),             cuda: "sqrt(x)",          wgsl: "sqrt(x)";
+    Recip    "recip"    |x| x.recip(),            cuda: "(1 / x)",          wgsl: "(1.0 / x)";
+    Sqr      "sqr"      |x| x * x,                cuda: "(x * x)",          wgsl: "(x * x)";
+    Sin      "sin"      |x| x.sin(),              cuda: "sin(x)",           wgsl: "sin(x)";
+    Cos      "cos"      |x| x.cos(),              cuda: "cos(x)",           wgsl: "cos(x)";
+    Tanh     "tanh"     |x| x.tanh(),             cuda: "tanh(x)",          wgsl: "tanh(x)";
+    Erf      "erf"      |x| x.erf(),              cuda: "erf(x)",           wgsl: "erf_approx(x)";
+    Sigmoid  "sigmoid"  |x| sigmoid(x),           cuda: "(1 / (1 + exp(-x)))", wgsl: "(1.0 / (1.0 + exp(-x)))";
+    Relu     "relu"     |x| if x > F::c(0.0) { x } else { F::c(0.0) }, cuda: "(x > 0 ? x : 0)", wgsl: "max(x, 0.0)";
+    Gelu     "gelu"     |x| gelu_tanh(x),         cuda: "(0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))))", wgsl: "(0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))))";
+    GeluErf  "gelu_erf" |x| F::c(0.5) * x * (F::c(1.0) + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).erf()), cuda: "(0.5 * x * (1 + erf(x * 0.7071067811865476)))", wgsl: "(0.5 * x * (1.0 + erf_approx(x * 0.7071067811865476)))";
+    Silu     "silu"     |x| x * sigmoid(x),       cuda: "(x / (1 + exp(-x)))", wgsl: "(x / (1.0 + exp(-x)))";
+    Softplus "softplus" |x| softplus(x),          cuda: "(fmax(x, 0) + log1p(exp(-fabs(x))))", wgsl: "(max(x, 0.0) + log(1.0 + exp(-abs(x))))";
+    Step     "step"     |x| if x > F::c(0.0) { F::c(1.0) } else { F::c(0.0) }, cuda: "(x > 0 ? 1 : 0)", wgsl: "select(0.0, 1.0, x > 0.0)";
+}
+
+#[inline(always)]
+fn sigmoid<F: Float>(x: F) -> F {
+    F::c(1.0) / (F::c(1.0) + (-x).exp())
+}
+
+#[inline(always)]
+fn gelu_tanh<F: Float>(x: F) -> F {
+    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    let inner = F::c(0.7978845608028654) * (x + F::c(0.044715) * x * x * x);
+    F::c(0.5) * x * (F::c(1.0) + inner.tanh())
+}
+
+#[inline(always)]
+fn softplus<F: Float>(x: F) -> F {
+    // log(1 + e^x) without overflow for large x.
+    num_traits::Float::max(x, F::c(0.0)) + (-x.abs()).exp().ln_1p()
+}
+
+macro_rules! binary_table {
+    ($($op:ident $name:literal |$a:ident, $b:ident| $cpu:expr, cuda: $cuda:literal, wgsl: $wgsl:literal;)*) => {
+        /// Elementwise ops of two inputs of one shape (broadcasting happens before).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum BinaryOp { $($op),* }
+
+        pub mod binary {
+            use super::*;
+            $(
+                pub struct $op;
+                impl BinaryKernel for $op {
+                    const NAME: &'static str = $name;
+                    #[inline(always)]
+                    fn f<T: Elem>($a: T, $b: T) -> T { $cpu }
+                }
+            )*
+        }
+
+        impl BinaryOp {
+            pub const ALL: &'static [BinaryOp] = &[$(BinaryOp::$op),*];
+            pub fn name(self) -> &'static str { match self { $(BinaryOp::$op => $name),* } }
+            pub fn cuda_expr(self) -> &'static str { match self { $(BinaryOp::$op => $cuda),* } }
+            pub fn wgsl_expr(self) -> &'static str { match self { $(BinaryOp::$op => $wgsl),* } }
+            pub fn visit<V: BinaryVisitor>(self, v: V) -> V::Out {
+                match self { $(BinaryOp::$op => v.visit::<binary::$op>()),* }
+            }
+        }
+    };
+}
+
+// d/da and d/db of each op are in backprop.rs (`binary_grad`).
+binary_table! {
+    Add     "add"     |a, b| a.add(b), cuda: "(a + b)",   wgsl: "(a + b)";
+    Sub     "sub"     |a, b| a.sub(b), cuda: "(a - b)",   wgsl: "(a - b)";
+    Mul     "mul"     |a, b| a.mul(b), cuda: "(a * b)",   wgsl: "(a * b)";
+    Div     "div"     |a, b| a.div(b), cuda: "(a / b)",   wgsl: "(a / b)";
+    Pow     "pow"     |a, b| a.pow(b), cuda: "pow(a, b)", wgsl: "pow(a, b)";
+    Maximum "maximum" |a, b| a.maximum(b), cuda: "fmax(a, b)", wgsl: "max(a, b)";
+    Minimum "minimum" |a, b| a.minimum(b), cuda: "fmin(a, b)", wgsl: "min(a, b)";
+}
+
+/// Comparisons; the result is a u8 tensor of 0 and 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CmpOp {
+    pub const ALL: &'static [CmpOp] = &[CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge];
+    pub fn name(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+        }
+    }
+    /// The operator in C and WGSL syntax alike.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "==",
+            CmpOp::Ne => "!=",
+            CmpOp::Lt => "<",
+            CmpOp::Le => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::Ge => ">=",
+        }
+    }
+    #[inline(always)]
+    pub fn eval<T: PartialOrd>(self, a: T, b: T) -> bool {
+        match self {
+            CmpOp::Eq => a == b,
+            CmpOp::Ne => a != b,
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+        }
+    }
+}
+
+/// Reductions over a set of dims. Arg reductions return u32 indices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+    ArgMax,
+    ArgMin,
+}
+
+impl ReduceOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::ArgMax => "argmax",
+            ReduceOp::ArgMin => "argmin",
+        }
+    }
+    pub fn is_arg(self) -> bool {
+        matches!(self, ReduceOp::ArgMax | ReduceOp::ArgMin)
+    }
+}

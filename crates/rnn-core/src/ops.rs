@@ -1,0 +1,317 @@
+//! Compute ops on tensors: elementwise (from the op table), comparisons, reductions,
+//! matmul and index ops. Each checks its arguments, then calls the storage once.
+
+use crate::backprop::Op;
+use crate::op::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use crate::{DType, Dim, Dims, Error, Layout, Result, Shape, Tensor};
+
+macro_rules! unary_methods {
+    ($($name:ident => $op:ident),* $(,)?) => {
+        impl Tensor {$(
+            #[doc = concat!("Elementwise `", stringify!($name), "` (see the op table in `op.rs`).")]
+            pub fn $name(&self) -> Result<Tensor> {
+                self.unary(UnaryOp::$op)
+            }
+        )*}
+    };
+}
+unary_methods!(
+    neg => Neg, abs => Abs, exp => Exp, log => Log, sqrt => Sqrt, recip => Recip, sqr => Sqr,
+    sin => Sin, cos => Cos, tanh => Tanh, erf => Erf, sigmoid => Sigmoid, relu => Relu,
+    gelu => Gelu, gelu_erf => GeluErf, silu => Silu, softplus => Softplus, step => Step,
+);
+
+macro_rules! binary_methods {
+    ($($name:ident, $scalar:ident => $op:ident),* $(,)?) => {
+        impl Tensor {$(
+            #[doc = concat!("Elementwise `", stringify!($name), "` with numpy broadcasting.")]
+            pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> {
+                self.binary(rhs, BinaryOp::$op)
+            }
+            #[doc = concat!("`", stringify!($name), "` with a scalar right-hand side.")]
+            pub fn $scalar(&self, rhs: f64) -> Result<Tensor> {
+                self.binary(&self.scalar_like(rhs)?, BinaryOp::$op)
+            }
+        )*}
+    };
+}
+binary_methods!(
+    add, add_scalar => Add, sub, sub_scalar => Sub, mul, mul_scalar => Mul, div, div_scalar => Div,
+    pow, pow_scalar => Pow, maximum, maximum_scalar => Maximum, minimum, minimum_scalar => Minimum,
+);
+
+macro_rules! cmp_methods {
+    ($($name:ident, $scalar:ident => $op:ident),* $(,)?) => {
+        impl Tensor {$(
+            #[doc = concat!("Elementwise `", stringify!($name), "` with broadcasting: a u8 tensor of 0 and 1.")]
+            pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> {
+                self.cmp(rhs, CmpOp::$op)
+            }
+            #[doc = concat!("`", stringify!($name), "` against a scalar.")]
+            pub fn $scalar(&self, rhs: f64) -> Result<Tensor> {
+                self.cmp(&self.scalar_like(rhs)?, CmpOp::$op)
+            }
+        )*}
+    };
+}
+cmp_methods!(eq, eq_scalar => Eq, ne, ne_scalar => Ne, lt, lt_scalar => Lt, le, le_scalar => Le, gt, gt_scalar => Gt, ge, ge_scalar => Ge);
+
+impl Tensor {
+    pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        let storage = self.storage().unary(self.layout(), op)?;
+        Ok(Tensor::from_parts(storage, Layout::contiguous(self.shape().clone()), Some(Op::Unary(self.clone(), op))))
+    }
+
+    /// A rank-0 tensor of this tensor's dtype and device.
+    fn scalar_like(&self, value: f64) -> Result<Tensor> {
+        Tensor::full(value, (), self.dtype(), self.device())
+    }
+
+    /// Both operands broadcast to their common shape (views, no copies).
+    fn broadcast_pair(&self, rhs: &Tensor, op: &'static str) -> Result<(Tensor, Tensor)> {
+        if self.dtype() != rhs.dtype() {
+            return Err(Error::DTypeMismatch { op, lhs: self.dtype(), rhs: rhs.dtype() });
+        }
+        if self.device() != rhs.device() {
+            return Err(Error::DeviceMismatch { op, lhs: self.device(), rhs: rhs.device() });
+        }
+        let shape = self.shape().broadcast_with(rhs.shape(), op)?;
+        Ok((self.broadcast_as(shape.clone())?, rhs.broadcast_as(shape)?))
+    }
+
+    pub fn binary(&self, rhs: &Tensor, op: BinaryOp) -> Result<Tensor> {
+        let (a, b) = self.broadcast_pair(rhs, op.name())?;
+        let storage = a.storage().binary(a.layout(), &b.storage(), b.layout(), op)?;
+        Ok(Tensor::from_parts(storage, Layout::contiguous(a.shape().clone()), Some(Op::Binary(a, b, op))))
+    }
+
+    pub fn cmp(&self, rhs: &Tensor, op: CmpOp) -> Result<Tensor> {
+        let (a, b) = self.broadcast_pair(rhs, op.name())?;
+        let storage = a.storage().cmp(a.layout(), &b.storage(), b.layout(), op)?;
+        Ok(Tensor::from_parts(storage, Layout::contiguous(a.shape().clone()), None))
+    }
+
+    /// `self != 0 ? on_true : on_false`, all three broadcast together. `self` is an integer mask.
+    pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+        let (t, f) = on_true.broadcast_pair(on_false, "where_cond")?;
+        let shape = self.shape().broadcast_with(t.shape(), "where_cond")?;
+        let (c, t, f) = (self.broadcast_as(shape.clone())?, t.broadcast_as(shape.clone())?, f.broadcast_as(shape.clone())?);
+        let storage = c.storage().where_cond(c.layout(), &t.storage(), t.layout(), &f.storage(), f.layout())?;
+        Ok(Tensor::from_parts(storage, Layout::contiguous(shape), Some(Op::WhereCond(c, t, f))))
+    }
+
+    /// Limits every element to `[min, max]`.
+    pub fn clamp(&self, min: f64, max: f64) -> Result<Tensor> {
+        if min > max {
+            return Err(Error::invalid("clamp", format!("min {min} is greater than max {max}")));
+        }
+        self.maximum_scalar(min)?.minimum_scalar(max)
+    }
+
+    /// `value` where `mask` is non-zero, `self` elsewhere.
+    pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
+        mask.where_cond(&self.scalar_like(value)?, self)
+    }
+
+    // ---- reductions ----
+
+    /// Reduces over `dims`, keeping them with size 1.
+    fn reduce_keepdim(&self, dims: &[usize], op: ReduceOp) -> Result<Tensor> {
+        let reduces_empty = dims.iter().any(|&d| self.dims()[d] == 0);
+        if op != ReduceOp::Sum && reduces_empty {
+            return Err(Error::EmptyTensor { op: op.name(), shape: self.shape().clone() });
+        }
+        let storage = self.storage().reduce(self.layout(), op, dims)?;
+        let mut out = self.dims().to_vec();
+        dims.iter().for_each(|&d| out[d] = 1);
+        let grad_op = (!op.is_arg()).then(|| Op::Reduce(self.clone(), op));
+        Ok(Tensor::from_parts(storage, Layout::contiguous(out), grad_op))
+    }
+
+    fn reduce(&self, dims: impl Dims, op: ReduceOp, keepdim: bool) -> Result<Tensor> {
+        let dims = dims.to_indexes(self.shape(), op.name())?;
+        let out = self.reduce_keepdim(&dims, op)?;
+        if keepdim {
+            return Ok(out);
+        }
+        let kept: Vec<usize> = (0..self.rank()).filter(|d| !dims.contains(d)).map(|d| self.dims()[d]).collect();
+        out.reshape(kept)
+    }
+
+    pub fn sum(&self, dims: impl Dims) -> Result<Tensor> {
+        self.reduce(dims, ReduceOp::Sum, false)
+    }
+    pub fn sum_keepdim(&self, dims: impl Dims) -> Result<Tensor> {
+        self.reduce(dims, ReduceOp::Sum, true)
+    }
+    pub fn max(&self, dims: impl Dims) -> Result<Tensor> {
+        self.reduce(dims, ReduceOp::Max, false)
+    }
+    pub fn max_keepdim(&self, dims: impl Dims) -> Result<Tensor> {
+        self.reduce(dims, ReduceOp::Max, true)
+    }
+    pub fn min(&self, dims: impl Dims) -> Result<Tensor> {
+        self.reduce(dims, ReduceOp::Min, false)
+    }
+    pub fn min_keepdim(&self, dims: impl Dims) -> Result<Tensor> {
+        self.reduce(dims, ReduceOp::Min, true)
+    }
+    /// Position (u32) of the largest element along `dims` (flattened when several).
+    pub fn argmax(&self, dims: impl Dims) -> Result<Tensor> {
+        self.reduce(dims, ReduceOp::ArgMax, false)
+    }
+    pub fn argmax_keepdim(&self, dims: impl Dims) -> Result<Tensor> {
+        self.reduce(dims, ReduceOp::ArgMax, true)
+    }
+    pub fn argmin(&self, dims: impl Dims) -> Result<Tensor> {
+        self.reduce(dims, ReduceOp::ArgMin, false)
+    }
+    pub fn argmin_keepdim(&self, dims: impl Dims) -> Result<Tensor> {
+        self.reduce(dims, ReduceOp::ArgMin, true)
+    }
+
+    pub fn mean(&self, dims: impl Dims) -> Result<Tensor> {
+        self.mean_impl(dims, false)
+    }
+    pub fn mean_keepdim(&self, dims: impl Dims) -> Result<Tensor> {
+        self.mean_impl(dims, true)
+    }
+    fn mean_impl(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let dims = dims.to_indexes(self.shape(), "mean")?;
+        let n: usize = dims.iter().map(|&d| self.dims()[d]).product();
+        self.reduce(dims, ReduceOp::Sum, keepdim)?.div_scalar(n as f64)
+    }
+
+    /// Unbiased variance (divides by n - 1, as PyTorch's default).
+    pub fn var(&self, dims: impl Dims) -> Result<Tensor> {
+        self.var_impl(dims, false)
+    }
+    pub fn var_keepdim(&self, dims: impl Dims) -> Result<Tensor> {
+        self.var_impl(dims, true)
+    }
+    fn var_impl(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let dims = dims.to_indexes(self.shape(), "var")?;
+        let n: usize = dims.iter().map(|&d| self.dims()[d]).product();
+        let centered = self.sub(&self.mean_keepdim(dims.clone())?)?;
+        centered.sqr()?.reduce(dims, ReduceOp::Sum, keepdim)?.div_scalar(n as f64 - 1.0)
+    }
+
+    pub fn sum_all(&self) -> Result<Tensor> {
+        self.sum(crate::AllDims)
+    }
+    pub fn mean_all(&self) -> Result<Tensor> {
+        self.mean(crate::AllDims)
+    }
+    pub fn max_all(&self) -> Result<Tensor> {
+        self.max(crate::AllDims)
+    }
+    pub fn min_all(&self) -> Result<Tensor> {
+        self.min(crate::AllDims)
+    }
+
+    /// `exp(x) / sum(exp(x))` along `dim`, shifted by the max so large inputs do not overflow.
+    pub fn softmax(&self, dim: impl Dim) -> Result<Tensor> {
+        let d = dim.to_index(self.shape(), "softmax")?;
+        let e = self.sub(&self.max_keepdim(d)?.detach())?.exp()?;
+        e.div(&e.sum_keepdim(d)?)
+    }
+
+    /// `log(softmax(x))` along `dim`, computed without taking the log of a small number.
+    pub fn log_softmax(&self, dim: impl Dim) -> Result<Tensor> {
+        let d = dim.to_index(self.shape(), "log_softmax")?;
+        let shifted = self.sub(&self.max_keepdim(d)?.detach())?;
+        shifted.sub(&shifted.exp()?.sum_keepdim(d)?.log()?)
+    }
+
+    // ---- matmul ----
+
+    /// Matrix product with PyTorch's rules: 1-D operands are promoted, batch dims broadcast.
+    pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        if self.rank() == 0 || rhs.rank() == 0 {
+            return Err(Error::invalid("matmul", format!("needs at least 1-D operands, got {:?} and {:?}", self.shape(), rhs.shape())));
+        }
+        if self.rank() == 1 {
+            return self.unsqueeze(0)?.matmul(rhs)?.squeeze(-2);
+        }
+        if rhs.rank() == 1 {
+            return self.matmul(&rhs.unsqueeze(1)?)?.squeeze(-1);
+        }
+        if self.dtype() != rhs.dtype() {
+            return Err(Error::DTypeMismatch { op: "matmul", lhs: self.dtype(), rhs: rhs.dtype() });
+        }
+        let (ad, bd) = (self.dims(), rhs.dims());
+        let (m, k, k2, n) = (ad[ad.len() - 2], ad[ad.len() - 1], bd[bd.len() - 2], bd[bd.len() - 1]);
+        if k != k2 {
+            return Err(Error::ShapeMismatch { op: "matmul", lhs: self.shape().clone(), rhs: rhs.shape().clone() });
+        }
+        let batch_a = Shape::from(&ad[..ad.len() - 2]);
+        let batch = batch_a.broadcast_with(&Shape::from(&bd[..bd.len() - 2]), "matmul")?;
+        let with = |x, y| batch.dims().iter().copied().chain([x, y]).collect::<Vec<_>>();
+        let a = self.broadcast_as(with(m, k))?;
+        let b = rhs.broadcast_as(with(k, n))?;
+        let storage = a.storage().matmul(a.layout(), &b.storage(), b.layout())?;
+        Ok(Tensor::from_parts(storage, Layout::contiguous(with(m, n)), Some(Op::Matmul(a, b))))
+    }
+
+    // ---- index ops ----
+
+    /// The slices `ids` (1-D integer tensor) along `dim`.
+    pub fn index_select(&self, ids: &Tensor, dim: impl Dim) -> Result<Tensor> {
+        let d = dim.to_index(self.shape(), "index_select")?;
+        ids.expect_rank("index_select", 1)?;
+        let storage = self.storage().index_select(self.layout(), &ids.storage(), ids.layout(), d)?;
+        let mut dims = self.dims().to_vec();
+        dims[d] = ids.elem_count();
+        Ok(Tensor::from_parts(storage, Layout::contiguous(dims), Some(Op::IndexSelect(self.clone(), ids.clone(), d))))
+    }
+
+    /// `out[.., j, ..] = self[.., ids[.., j, ..], ..]` along `dim`; `ids` matches `self`'s
+    /// shape except at `dim`, and the output has `ids`'s shape.
+    pub fn gather(&self, ids: &Tensor, dim: impl Dim) -> Result<Tensor> {
+        let d = dim.to_index(self.shape(), "gather")?;
+        check_index_shape("gather", self, ids, d)?;
+        let storage = self.storage().gather(self.layout(), &ids.storage(), ids.layout(), d)?;
+        Ok(Tensor::from_parts(storage, Layout::contiguous(ids.shape().clone()), Some(Op::Gather(self.clone(), ids.clone(), d))))
+    }
+
+    /// A copy of `self` with `src[.., j, ..]` added at `self[.., ids[.., j, ..], ..]`.
+    pub fn scatter_add(&self, ids: &Tensor, src: &Tensor, dim: impl Dim) -> Result<Tensor> {
+        let d = dim.to_index(self.shape(), "scatter_add")?;
+        check_index_shape("scatter_add", self, ids, d)?;
+        if ids.shape() != src.shape() {
+            return Err(Error::ShapeMismatch { op: "scatter_add", lhs: ids.shape().clone(), rhs: src.shape().clone() });
+        }
+        let storage =
+            self.storage().scatter_add(self.layout(), &ids.storage(), ids.layout(), &src.storage(), src.layout(), d)?;
+        let op = Op::ScatterAdd(self.clone(), ids.clone(), src.clone(), d);
+        Ok(Tensor::from_parts(storage, Layout::contiguous(self.shape().clone()), Some(op)))
+    }
+
+    /// One-hot rows: `self` holds class ids; the result has one more dim of `num_classes`.
+    pub fn one_hot(&self, num_classes: usize, dtype: DType) -> Result<Tensor> {
+        if self.dtype().is_float() {
+            return Err(Error::UnsupportedDType { op: "one_hot", dtype: self.dtype(), hint: ": class ids must be an integer tensor" });
+        }
+        if self.elem_count() > 0 {
+            let ids = self.to_dtype(DType::I64)?;
+            let (lo, hi) = (ids.min_all()?.to_scalar::<i64>()?, ids.max_all()?.to_scalar::<i64>()?);
+            if let Some(bad) = [lo, hi].into_iter().find(|&i| i < 0 || i as usize >= num_classes) {
+                return Err(Error::IndexOutOfRange { op: "one_hot", index: bad, size: num_classes, shape: self.shape().clone() });
+            }
+        }
+        let classes = Tensor::arange(0u32, num_classes as u32, self.device())?.to_dtype(self.dtype())?;
+        self.unsqueeze(self.rank())?.eq(&classes)?.to_dtype(dtype)
+    }
+}
+
+/// Index tensors of gather / scatter_add have the source's rank and sizes except at `dim`.
+fn check_index_shape(op: &'static str, x: &Tensor, ids: &Tensor, dim: usize) -> Result<()> {
+    let same_rank = ids.rank() == x.rank();
+    if !same_rank || ids.dims().iter().zip(x.dims()).enumerate().any(|(i, (a, b))| i != dim && a != b) {
+        return Err(Error::ShapeMismatch { op, lhs: x.shape().clone(), rhs: ids.shape().clone() });
+    }
+    if ids.dtype().is_float() {
+        return Err(Error::UnsupportedDType { op, dtype: ids.dtype(), hint: ": indices must be u8, u32 or i64" });
+    }
+    Ok(())
+}

@@ -1,0 +1,263 @@
+//! `Tensor`: a cheap-to-clone handle on shared storage seen through a layout, which
+//! remembers the op that produced it when gradients are being tracked.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::backprop::{grad_enabled, Op};
+use crate::storage::Storage;
+use crate::{DType, Device, Error, Layout, Result, Shape, WithDType};
+
+/// Unique id of a tensor node (a view gets a new id; it shares storage, not identity).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(usize);
+
+impl TensorId {
+    fn new() -> Self {
+        static COUNTER: AtomicUsize = AtomicUsize::new(1);
+        TensorId(COUNTER.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+pub(crate) struct TensorInner {
+    id: TensorId,
+    storage: Arc<RwLock<Storage>>,
+    layout: Layout,
+    op: Option<Op>,
+    is_variable: bool,
+    dtype: DType,
+    device: Device,
+}
+
+#[derive(Clone)]
+pub struct Tensor(Arc<TensorInner>);
+
+impl Tensor {
+    /// Wraps a result; the op is kept only when gradients are on and an input tracks them.
+    pub(crate) fn from_parts(storage: Storage, layout: Layout, op: Option<Op>) -> Tensor {
+        let op = op.filter(|op| grad_enabled() && op.inputs().iter().any(|t| t.tracks_grad()));
+        Self::with_storage(Arc::new(RwLock::new(storage)), layout, op, false)
+    }
+
+    fn with_storage(storage: Arc<RwLock<Storage>>, layout: Layout, op: Option<Op>, is_variable: bool) -> Tensor {
+        let (dtype, device) = {
+            let s = storage.read().unwrap_or_else(|e| e.into_inner());
+            (s.dtype(), s.device())
+        };
+        Tensor(Arc::new(TensorInner { id: TensorId::new(), storage, layout, op, is_variable, dtype, device }))
+    }
+
+    /// A view: the same storage with another layout.
+    pub(crate) fn view(&self, layout: Layout, op: Option<Op>) -> Tensor {
+        let op = op.filter(|op| grad_enabled() && op.inputs().iter().any(|t| t.tracks_grad()));
+        Self::with_storage(self.0.storage.clone(), layout, op, false)
+    }
+
+    pub(crate) fn storage(&self) -> RwLockReadGuard<'_, Storage> {
+        self.0.storage.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn storage_mut(&self) -> RwLockWriteGuard<'_, Storage> {
+        self.0.storage.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn id(&self) -> TensorId {
+        self.0.id
+    }
+    pub fn layout(&self) -> &Layout {
+        &self.0.layout
+    }
+    pub fn shape(&self) -> &Shape {
+        self.0.layout.shape()
+    }
+    pub fn dims(&self) -> &[usize] {
+        self.0.layout.dims()
+    }
+    pub fn rank(&self) -> usize {
+        self.dims().len()
+    }
+    pub fn elem_count(&self) -> usize {
+        self.shape().elem_count()
+    }
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+    pub fn device(&self) -> Device {
+        self.0.device
+    }
+    pub fn is_contiguous(&self) -> bool {
+        self.0.layout.is_contiguous()
+    }
+    pub(crate) fn op(&self) -> Option<&Op> {
+        self.0.op.as_ref()
+    }
+    /// Whether this tensor is a leaf that receives gradients.
+    pub fn is_variable(&self) -> bool {
+        self.0.is_variable
+    }
+    /// Whether gradients flow through this tensor (a variable or computed from one).
+    pub fn tracks_grad(&self) -> bool {
+        self.0.is_variable || self.0.op.is_some()
+    }
+
+    /// The same data as a leaf that receives gradients (`requires_grad_` in PyTorch).
+    pub fn requires_grad(&self) -> Tensor {
+        Self::with_storage(self.0.storage.clone(), self.0.layout.clone(), None, true)
+    }
+
+    /// The same data, cut off from the graph: no gradient flows through the result.
+    pub fn detach(&self) -> Tensor {
+        Self::with_storage(self.0.storage.clone(), self.0.layout.clone(), None, false)
+    }
+
+    /// Whether two tensors share storage (a view and its source do).
+    pub fn same_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0.storage, &other.0.storage)
+    }
+
+    /// Overwrites this tensor's elements with `src`'s, in place (the optimizer update).
+    /// Every tensor sharing the storage sees the change; no gradient is recorded.
+    pub fn assign(&self, src: &Tensor) -> Result<()> {
+        if src.shape() != self.shape() {
+            return Err(Error::ShapeMismatch { op: "assign", lhs: self.shape().clone(), rhs: src.shape().clone() });
+        }
+        if src.dtype() != self.dtype() {
+            return Err(Error::DTypeMismatch { op: "assign", lhs: self.dtype(), rhs: src.dtype() });
+        }
+        if src.device() != self.device() {
+            return Err(Error::DeviceMismatch { op: "assign", lhs: self.device(), rhs: src.device() });
+        }
+        let n = self.elem_count();
+        let whole = self.layout().contiguous_offsets() == Some((0, n))
+            && self.storage().cpu_len().is_none_or(|len| len == n);
+        if !whole {
+            return Err(Error::invalid("assign", "the destination must be a whole contiguous tensor, not a view"));
+        }
+        let new = src.storage().copy_strided(src.layout())?;
+        *self.storage_mut() = new;
+        Ok(())
+    }
+
+    // ---- creation ----
+
+    pub fn from_vec<T: WithDType>(data: Vec<T>, shape: impl Into<Shape>, device: Device) -> Result<Tensor> {
+        let shape = shape.into();
+        if data.len() != shape.elem_count() {
+            return Err(Error::ElementCountMismatch {
+                op: "from_vec",
+                expected: shape.elem_count(),
+                got: data.len(),
+                shape,
+            });
+        }
+        let storage = Storage::from_cpu(T::into_storage(data), device)?;
+        Ok(Self::from_parts(storage, Layout::contiguous(shape), None))
+    }
+
+    pub fn from_slice<T: WithDType>(data: &[T], shape: impl Into<Shape>, device: Device) -> Result<Tensor> {
+        Self::from_vec(data.to_vec(), shape, device)
+    }
+
+    /// A rank-0 tensor.
+    pub fn scalar<T: WithDType>(value: T, device: Device) -> Result<Tensor> {
+        Self::from_vec(vec![value], (), device)
+    }
+
+    pub fn full(value: f64, shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
+        let shape = shape.into();
+        let storage = Storage::full(value, shape.elem_count(), dtype, device)?;
+        Ok(Self::from_parts(storage, Layout::contiguous(shape), None))
+    }
+    pub fn zeros(shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
+        Self::full(0.0, shape, dtype, device)
+    }
+    pub fn ones(shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
+        Self::full(1.0, shape, dtype, device)
+    }
+    pub fn zeros_like(&self) -> Result<Tensor> {
+        Self::zeros(self.shape(), self.dtype(), self.device())
+    }
+    pub fn ones_like(&self) -> Result<Tensor> {
+        Self::ones(self.shape(), self.dtype(), self.device())
+    }
+    pub fn full_like(&self, value: f64) -> Result<Tensor> {
+        Self::full(value, self.shape(), self.dtype(), self.device())
+    }
+
+    /// `start, start + 1, ..` below `end`.
+    pub fn arange<T: WithDType>(start: T, end: T, device: Device) -> Result<Tensor> {
+        Self::arange_step(start, end, T::from_f64(1.0), device)
+    }
+
+    /// `start, start + step, ..` up to (not including) `end`; `step` may be negative.
+    pub fn arange_step<T: WithDType>(start: T, end: T, step: T, device: Device) -> Result<Tensor> {
+        let (s, e, st) = (start.to_f64(), end.to_f64(), step.to_f64());
+        if st == 0.0 || !st.is_finite() || !s.is_finite() || !e.is_finite() {
+            return Err(Error::invalid("arange", format!("bad range {start}..{end} step {step}")));
+        }
+        let n = ((e - s) / st).ceil().max(0.0) as usize;
+        let data: Vec<T> = (0..n).map(|i| T::from_f64(s + i as f64 * st)).collect();
+        Self::from_vec(data, n, device)
+    }
+
+    // ---- reading back ----
+
+    /// The elements in row-major order, on the host.
+    pub fn to_vec<T: WithDType>(&self) -> Result<Vec<T>> {
+        if self.dtype() != T::DTYPE {
+            return Err(Error::DTypeMismatch { op: "to_vec", lhs: self.dtype(), rhs: T::DTYPE });
+        }
+        let cpu = self.storage().to_cpu()?;
+        let contiguous = cpu.copy_strided(self.layout())?;
+        Ok(contiguous.as_slice::<T>()?.to_vec())
+    }
+
+    pub fn to_vec1<T: WithDType>(&self) -> Result<Vec<T>> {
+        self.expect_rank("to_vec1", 1)?;
+        self.to_vec()
+    }
+
+    pub fn to_vec2<T: WithDType>(&self) -> Result<Vec<Vec<T>>> {
+        self.expect_rank("to_vec2", 2)?;
+        let cols = self.dims()[1];
+        Ok(self.to_vec::<T>()?.chunks(cols.max(1)).map(|c| c.to_vec()).collect())
+    }
+
+    pub fn to_vec3<T: WithDType>(&self) -> Result<Vec<Vec<Vec<T>>>> {
+        self.expect_rank("to_vec3", 3)?;
+        let (d1, d2) = (self.dims()[1], self.dims()[2]);
+        let flat = self.to_vec::<T>()?;
+        Ok(flat.chunks((d1 * d2).max(1)).map(|m| m.chunks(d2.max(1)).map(|r| r.to_vec()).collect()).collect())
+    }
+
+    /// The value of a one-element tensor (any rank).
+    pub fn to_scalar<T: WithDType>(&self) -> Result<T> {
+        if self.elem_count() != 1 {
+            return Err(Error::invalid("to_scalar", format!("tensor of shape {:?} has {} elements, not 1", self.shape(), self.elem_count())));
+        }
+        Ok(self.to_vec::<T>()?[0])
+    }
+
+    pub(crate) fn expect_rank(&self, op: &'static str, rank: usize) -> Result<()> {
+        if self.rank() != rank {
+            return Err(Error::RankMismatch { op, expected: rank, got: self.rank(), shape: self.shape().clone() });
+        }
+        Ok(())
+    }
+}
+
+impl Storage {
+    /// Number of elements, known without a device round trip for CPU storage.
+    fn cpu_len(&self) -> Option<usize> {
+        match self {
+            Storage::Cpu(c) => Some(c.len()),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor[{:?}, {}, {}]", self.shape(), self.dtype(), self.device())
+    }
+}

@@ -31,6 +31,7 @@ macro_rules! unavailable_backend {
             fn cmp(&self, _: &Layout, _: &Self, _: &Layout, _: CmpOp) -> Result<Self> { match *self {} }
             fn where_cond(&self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout) -> Result<Self> { match *self {} }
             fn reduce(&self, _: &Layout, _: ReduceOp, _: &[usize]) -> Result<Self> { match *self {} }
+            fn softmax_last_dim(&self, _: &Layout, _: bool) -> Result<Self> { match *self {} }
             fn matmul(&self, _: &Layout, _: &Self, _: &Layout) -> Result<Self> { match *self {} }
             fn to_dtype(&self, _: &Layout, _: DType) -> Result<Self> { match *self {} }
             fn copy_strided(&self, _: &Layout) -> Result<Self> { match *self {} }

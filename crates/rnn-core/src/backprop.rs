@@ -17,6 +17,8 @@ pub(crate) enum Op {
     WhereCond(Tensor, Tensor, Tensor),
     /// Reduction keeping the reduced dims with size 1.
     Reduce(Tensor, ReduceOp),
+    /// Fused softmax over the last dim; `true` for log-softmax.
+    Softmax(Tensor, bool),
     Matmul(Tensor, Tensor),
     Reshape(Tensor),
     Permute(Tensor, Vec<usize>),
@@ -35,7 +37,7 @@ impl Op {
     pub(crate) fn inputs(&self) -> Vec<&Tensor> {
         match self {
             Op::Unary(a, _) | Op::Reduce(a, _) | Op::Reshape(a) | Op::Permute(a, _) | Op::Narrow(a, _, _) => vec![a],
-            Op::Broadcast(a) | Op::Copy(a) | Op::ToDType(a) => vec![a],
+            Op::Broadcast(a) | Op::Copy(a) | Op::ToDType(a) | Op::Softmax(a, _) => vec![a],
             Op::IndexSelect(a, _, _) | Op::Gather(a, _, _) => vec![a],
             Op::Binary(a, b, _) | Op::Matmul(a, b) => vec![a, b],
             Op::WhereCond(_, t, f) => vec![t, f],

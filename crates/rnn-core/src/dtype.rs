@@ -65,12 +65,16 @@ impl std::str::FromStr for DType {
 
 /// A Rust type that can be stored in a tensor.
 pub trait WithDType:
-    Copy + Send + Sync + PartialOrd + PartialEq + std::fmt::Debug + std::fmt::Display + 'static
+    Copy + Send + Sync + PartialOrd + PartialEq + std::fmt::Debug + std::fmt::Display + bytemuck::Zeroable + 'static
 {
     const DTYPE: DType;
     fn from_f64(v: f64) -> Self;
     fn to_f64(self) -> f64;
     fn into_storage(data: Vec<Self>) -> crate::cpu::CpuStorage;
+    /// Not equal to itself: NaN for floats, never for integers.
+    fn is_nan(self) -> bool {
+        self.partial_cmp(&self).is_none()
+    }
     fn slice_of(s: &crate::cpu::CpuStorage) -> Option<&[Self]>;
 }
 

@@ -66,6 +66,25 @@ impl Error {
     pub fn invalid(op: &'static str, msg: impl Into<String>) -> Self {
         Error::InvalidArgument { op, msg: msg.into() }
     }
+
+    /// A host allocation of `requested` bytes failed (free and total memory from
+    /// /proc/meminfo where there is one, else 0).
+    pub(crate) fn host_out_of_memory(requested: usize) -> Self {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let kib = |key: &str| -> usize {
+            let line = meminfo.lines().find(|l| l.starts_with(key));
+            let value = line.and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<usize>().ok());
+            value.unwrap_or(0).saturating_mul(1024)
+        };
+        Error::OutOfMemory { requested, free: kib("MemAvailable:"), total: kib("MemTotal:") }
+    }
+}
+
+/// An empty vector with room for `n` elements, or `Error::OutOfMemory` instead of an abort.
+pub(crate) fn try_vec<T>(n: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| Error::host_out_of_memory(n.saturating_mul(std::mem::size_of::<T>())))?;
+    Ok(v)
 }
 
 /// Returns early with an [`Error::InvalidArgument`].

@@ -5,19 +5,43 @@ use crate::backprop::Op;
 use crate::op::{BinaryOp, ReduceOp, UnaryOp};
 use crate::{Result, Tensor};
 
+/// Only inputs that track gradients get one: computing the rest (say, the gradient of a
+/// matmul with respect to the input batch) would be wasted work.
 pub(crate) fn input_grads<'a>(op: &'a Op, y: &Tensor, g: &Tensor) -> Result<Vec<(&'a Tensor, Tensor)>> {
+    let grads = match op {
+        Op::Binary(a, b, bop) => return binary_grad(*bop, a, b, y, g),
+        Op::Matmul(a, b) => {
+            let ga = a.tracks_grad().then(|| g.matmul(&b.t()?)).transpose()?;
+            let gb = b.tracks_grad().then(|| a.t()?.matmul(g)).transpose()?;
+            return Ok(pair(a, ga, b, gb));
+        }
+        _ => other_grads(op, y, g)?,
+    };
+    Ok(grads.into_iter().filter(|(t, _)| t.tracks_grad()).collect())
+}
+
+fn pair<'a>(a: &'a Tensor, ga: Option<Tensor>, b: &'a Tensor, gb: Option<Tensor>) -> Vec<(&'a Tensor, Tensor)> {
+    [ga.map(|g| (a, g)), gb.map(|g| (b, g))].into_iter().flatten().collect()
+}
+
+fn other_grads<'a>(op: &'a Op, y: &Tensor, g: &Tensor) -> Result<Vec<(&'a Tensor, Tensor)>> {
     Ok(match op {
         Op::Unary(x, u) => vec![(x, unary_grad(*u, x, y, g)?)],
-        Op::Binary(a, b, bop) => {
-            let (ga, gb) = binary_grad(*bop, a, b, y, g)?;
-            vec![(a, ga), (b, gb)]
-        }
+        Op::Binary(..) | Op::Matmul(..) => unreachable_grad(op)?,
         Op::WhereCond(c, t, f) => {
             let zero = g.zeros_like()?;
             vec![(t, c.where_cond(g, &zero)?), (f, c.where_cond(&zero, g)?)]
         }
         Op::Reduce(x, r) => vec![(x, reduce_grad(*r, x, y, g)?)],
-        Op::Matmul(a, b) => vec![(a, g.matmul(&b.t()?)?), (b, a.t()?.matmul(g)?)],
+        Op::Softmax(x, false) => {
+            // dx = y * (g - sum(g * y))
+            let dot = g.mul(y)?.sum_keepdim(-1)?;
+            vec![(x, y.mul(&g.sub(&dot)?)?)]
+        }
+        Op::Softmax(x, true) => {
+            // dx = g - softmax(x) * sum(g), with softmax(x) = exp(y)
+            vec![(x, g.sub(&y.exp()?.mul(&g.sum_keepdim(-1)?)?)?)]
+        }
         Op::Reshape(x) => vec![(x, g.reshape(x.shape())?)],
         Op::Permute(x, perm) => {
             let mut inverse = vec![0; perm.len()];
@@ -94,23 +118,31 @@ fn unary_grad(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor>
     }
 }
 
-/// (d/da, d/db) of each binary op, times `g`; inputs already share the output's shape.
-fn binary_grad(op: BinaryOp, a: &Tensor, b: &Tensor, y: &Tensor, g: &Tensor) -> Result<(Tensor, Tensor)> {
-    Ok(match op {
-        BinaryOp::Add => (g.clone(), g.clone()),
-        BinaryOp::Sub => (g.clone(), g.neg()?),
-        BinaryOp::Mul => (g.mul(b)?, g.mul(a)?),
-        BinaryOp::Div => (g.div(b)?, g.mul(a)?.div(&b.sqr()?)?.neg()?),
-        BinaryOp::Pow => {
-            let ga = g.mul(b)?.mul(&a.pow(&b.add_scalar(-1.0)?)?)?;
-            (ga, g.mul(y)?.mul(&a.log()?)?)
-        }
+fn unreachable_grad(op: &Op) -> Result<Vec<(&Tensor, Tensor)>> {
+    let _ = op;
+    Err(crate::Error::Backward { msg: "internal: binary and matmul gradients are computed by their own functions".into() })
+}
+
+/// d/da and d/db of each binary op, times `g`, for the inputs that track gradients;
+/// inputs already share the output's shape.
+fn binary_grad<'a>(op: BinaryOp, a: &'a Tensor, b: &'a Tensor, y: &Tensor, g: &Tensor) -> Result<Vec<(&'a Tensor, Tensor)>> {
+    let (need_a, need_b) = (a.tracks_grad(), b.tracks_grad());
+    let (ga, gb) = match op {
+        BinaryOp::Add => (need_a.then(|| Ok(g.clone())), need_b.then(|| Ok(g.clone()))),
+        BinaryOp::Sub => (need_a.then(|| Ok(g.clone())), need_b.then(|| g.neg())),
+        BinaryOp::Mul => (need_a.then(|| g.mul(b)), need_b.then(|| g.mul(a))),
+        BinaryOp::Div => (need_a.then(|| g.div(b)), need_b.then(|| g.mul(a)?.div(&b.sqr()?)?.neg())),
+        BinaryOp::Pow => (
+            need_a.then(|| g.mul(b)?.mul(&a.pow(&b.add_scalar(-1.0)?)?)),
+            need_b.then(|| g.mul(y)?.mul(&a.log()?)),
+        ),
         BinaryOp::Maximum | BinaryOp::Minimum => {
             let pick_a = if op == BinaryOp::Maximum { a.ge(b)? } else { a.le(b)? };
             let zero = g.zeros_like()?;
-            (pick_a.where_cond(g, &zero)?, pick_a.where_cond(&zero, g)?)
+            (need_a.then(|| pick_a.where_cond(g, &zero)), need_b.then(|| pick_a.where_cond(&zero, g)))
         }
-    })
+    };
+    Ok(pair(a, ga.transpose()?, b, gb.transpose()?))
 }
 
 fn reduce_grad(op: ReduceOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {

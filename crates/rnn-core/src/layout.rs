@@ -66,6 +66,7 @@ impl Layout {
     }
 
     pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Self> {
+        self.check_dim("narrow", dim)?;
         let dims = self.dims();
         if start.checked_add(len).is_none_or(|end| end > dims[dim]) {
             return Err(Error::NarrowOutOfRange {
@@ -95,9 +96,19 @@ impl Layout {
     }
 
     pub fn transpose(&self, d0: usize, d1: usize) -> Result<Self> {
+        self.check_dim("transpose", d0)?;
+        self.check_dim("transpose", d1)?;
         let mut perm: Vec<usize> = (0..self.shape.rank()).collect();
         perm.swap(d0, d1);
         self.permute(&perm)
+    }
+
+    fn check_dim(&self, op: &'static str, dim: usize) -> Result<()> {
+        if dim >= self.shape.rank() {
+            let dim = i64::try_from(dim).unwrap_or(i64::MAX);
+            return Err(Error::DimOutOfRange { op, dim, shape: self.shape.clone() });
+        }
+        Ok(())
     }
 
     /// View with a new shape: stretched dims (size 1 or missing on the left) get stride 0.

@@ -11,13 +11,11 @@ pub trait Elem: crate::WithDType {
     fn div(self, b: Self) -> Self;
     fn pow(self, b: Self) -> Self;
     /// The larger value; NaN if either is NaN (as `torch.maximum`).
-    #[allow(clippy::eq_op)]
     fn maximum(self, b: Self) -> Self {
-        if self != self || self >= b { self } else { b }
+        if self.is_nan() || self >= b { self } else { b }
     }
-    #[allow(clippy::eq_op)]
     fn minimum(self, b: Self) -> Self {
-        if self != self || self <= b { self } else { b }
+        if self.is_nan() || self <= b { self } else { b }
     }
 }
 
@@ -50,6 +48,14 @@ float_elem!(f16, bf16, f32, f64);
 /// Math for the unary ops. Implemented for f32 and f64; f16 and bf16 compute through f32.
 pub trait Float: num_traits::Float + Elem {
     fn erf(self) -> Self;
+    /// `exp`, through the vectorizable `exp_f32` for f32.
+    fn vexp(self) -> Self {
+        self.exp()
+    }
+    /// `tanh`, through the vectorizable `tanh_f32` for f32.
+    fn vtanh(self) -> Self {
+        self.tanh()
+    }
     /// A constant of this type.
     fn c(v: f64) -> Self {
         <Self as crate::WithDType>::from_f64(v)
@@ -60,9 +66,105 @@ impl Float for f32 {
     fn erf(self) -> Self {
         libm::erff(self)
     }
+    #[inline(always)]
+    fn vexp(self) -> Self {
+        exp_f32(self)
+    }
+    #[inline(always)]
+    fn vtanh(self) -> Self {
+        tanh_f32(self)
+    }
 }
 impl Float for f64 {
     fn erf(self) -> Self {
         libm::erf(self)
+    }
+}
+
+/// exp for f32 without branches or library calls, so loops over it vectorize (Cephes
+/// polynomial, within 2 ulp of `f32::exp` for normal results; NaN stays NaN).
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    let xc = x.clamp(-104.0, 89.0);
+    // Round x / ln2 to the nearest integer n with the 1.5 * 2^23 trick: the integer lands
+    // in the low mantissa bits, so no float-to-int conversion (and no NaN UB) is needed.
+    let shifted = xc * std::f32::consts::LOG2_E + 12_582_912.0;
+    let n = shifted - 12_582_912.0;
+    let ni = (shifted.to_bits() as i32).wrapping_sub(0x4B40_0000);
+    let r = (xc - n * 0.693_359_4) - n * -2.121_944_4e-4;
+    let mut p = 1.987_569_1e-4_f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 5.000_000_1e-1;
+    let y = p * r * r + r + 1.0;
+    // 2^n in two factors so that n down to -150 and up to 128 stay representable.
+    let n1 = ni >> 1;
+    let scale = |k: i32| f32::from_bits(((k + 127) as u32) << 23);
+    let y = y * scale(n1) * scale(ni - n1);
+    if x > 88.722_84 {
+        f32::INFINITY
+    } else if x < -103.972_08 {
+        0.0
+    } else {
+        y
+    }
+}
+
+/// tanh for f32 that vectorizes: a polynomial near 0 (Cephes), `1 - 2 / (e^2x + 1)` beyond.
+#[inline(always)]
+pub fn tanh_f32(x: f32) -> f32 {
+    let a = x.abs();
+    let z = x * x;
+    let mut p = -5.704_988_7e-3_f32;
+    p = p * z + 2.063_908_9e-2;
+    p = p * z - 5.373_971_6e-2;
+    p = p * z + 1.333_144_2e-1;
+    p = p * z - 3.333_328_2e-1;
+    let small = p * z * x + x;
+    let large = 1.0 - 2.0 / (exp_f32(2.0 * a) + 1.0);
+    if a < 0.625 {
+        small
+    } else {
+        large.copysign(x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Relative error against the f64 result, over a dense sweep of the whole range.
+    fn max_rel_err(f: fn(f32) -> f32, reference: fn(f64) -> f64, lo: f32, hi: f32) -> f64 {
+        let steps = 200_000;
+        (0..=steps)
+            .map(|i| lo + (hi - lo) * i as f32 / steps as f32)
+            .map(|x| {
+                let (got, want) = (f(x) as f64, reference(x as f64));
+                if want == 0.0 || !want.is_finite() { (got - want).abs().min(1.0) } else { ((got - want) / want).abs() }
+            })
+            .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn exp_f32_matches_f64_exp() {
+        assert!(max_rel_err(exp_f32, f64::exp, -87.0, 88.0) < 3e-7);
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert_eq!(exp_f32(100.0), f32::INFINITY);
+        assert_eq!(exp_f32(-200.0), 0.0);
+        assert!(exp_f32(f32::NAN).is_nan());
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        // Results below f32's normal range are still close to exp.
+        assert!((exp_f32(-95.0) as f64 / (-95f64).exp() - 1.0).abs() < 1e-3);
+    }
+
+    #[test]
+    fn tanh_f32_matches_f64_tanh() {
+        assert!(max_rel_err(tanh_f32, f64::tanh, -20.0, 20.0) < 5e-7);
+        assert!(max_rel_err(tanh_f32, f64::tanh, -1e-3, 1e-3) < 5e-7);
+        assert_eq!(tanh_f32(50.0), 1.0);
+        assert_eq!(tanh_f32(-50.0), -1.0);
+        assert!(tanh_f32(f32::NAN).is_nan());
     }
 }

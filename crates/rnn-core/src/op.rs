@@ -66,14 +66,14 @@ macro_rules! unary_table {
 unary_table! {
     Neg      "neg"      |x| -x,                   cuda: "(-x)",             wgsl: "(-x)";
     Abs      "abs"      |x| x.abs(),              cuda: "fabs(x)",          wgsl: "abs(x)";
-    Exp      "exp"      |x| x.exp(),              cuda: "exp(x)",           wgsl: "exp(x)";
+    Exp      "exp"      |x| x.vexp(),             cuda: "exp(x)",           wgsl: "exp(x)";
     Log      "log"      |x| x.ln(),               cuda: "log(x)",           wgsl: "log(x)";
     Sqrt     "sqrt"     |x| x.sqrt(),             cuda: "sqrt(x)",          wgsl: "sqrt(x)";
     Recip    "recip"    |x| x.recip(),            cuda: "(1 / x)",          wgsl: "(1.0 / x)";
     Sqr      "sqr"      |x| x * x,                cuda: "(x * x)",          wgsl: "(x * x)";
     Sin      "sin"      |x| x.sin(),              cuda: "sin(x)",           wgsl: "sin(x)";
     Cos      "cos"      |x| x.cos(),              cuda: "cos(x)",           wgsl: "cos(x)";
-    Tanh     "tanh"     |x| x.tanh(),             cuda: "tanh(x)",          wgsl: "tanh(x)";
+    Tanh     "tanh"     |x| x.vtanh(),            cuda: "tanh(x)",          wgsl: "tanh(x)";
     Erf      "erf"      |x| x.erf(),              cuda: "erf(x)",           wgsl: "erf_approx(x)";
     Sigmoid  "sigmoid"  |x| sigmoid(x),           cuda: "(1 / (1 + exp(-x)))", wgsl: "(1.0 / (1.0 + exp(-x)))";
     Relu     "relu"     |x| if x > F::c(0.0) { x } else { F::c(0.0) }, cuda: "(x > 0 ? x : 0)", wgsl: "max(x, 0.0)";
@@ -86,20 +86,20 @@ unary_table! {
 
 #[inline(always)]
 fn sigmoid<F: Float>(x: F) -> F {
-    F::c(1.0) / (F::c(1.0) + (-x).exp())
+    F::c(1.0) / (F::c(1.0) + (-x).vexp())
 }
 
 #[inline(always)]
 fn gelu_tanh<F: Float>(x: F) -> F {
     // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
     let inner = F::c(0.7978845608028654) * (x + F::c(0.044715) * x * x * x);
-    F::c(0.5) * x * (F::c(1.0) + inner.tanh())
+    F::c(0.5) * x * (F::c(1.0) + inner.vtanh())
 }
 
 #[inline(always)]
 fn softplus<F: Float>(x: F) -> F {
     // log(1 + e^x) without overflow for large x.
-    num_traits::Float::max(x, F::c(0.0)) + (-x.abs()).exp().ln_1p()
+    num_traits::Float::max(x, F::c(0.0)) + (-x.abs()).vexp().ln_1p()
 }
 
 macro_rules! binary_table {

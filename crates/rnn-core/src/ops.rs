@@ -209,18 +209,30 @@ impl Tensor {
         self.min(crate::AllDims)
     }
 
-    /// `exp(x) / sum(exp(x))` along `dim`, shifted by the max so large inputs do not overflow.
+    /// `exp(x) / sum(exp(x))` along `dim`, shifted by the row max so large inputs do not
+    /// overflow. One fused pass per row (a composition of primitives took five).
     pub fn softmax(&self, dim: impl Dim) -> Result<Tensor> {
-        let d = dim.to_index(self.shape(), "softmax")?;
-        let e = self.sub(&self.max_keepdim(d)?.detach())?.exp()?;
-        e.div(&e.sum_keepdim(d)?)
+        self.softmax_impl(dim, false, "softmax")
     }
 
-    /// `log(softmax(x))` along `dim`, computed without taking the log of a small number.
+    /// `log(softmax(x))` along `dim`, computed as `x - max - log(sum(exp(x - max)))`.
     pub fn log_softmax(&self, dim: impl Dim) -> Result<Tensor> {
-        let d = dim.to_index(self.shape(), "log_softmax")?;
-        let shifted = self.sub(&self.max_keepdim(d)?.detach())?;
-        shifted.sub(&shifted.exp()?.sum_keepdim(d)?.log()?)
+        self.softmax_impl(dim, true, "log_softmax")
+    }
+
+    fn softmax_impl(&self, dim: impl Dim, log: bool, op: &'static str) -> Result<Tensor> {
+        if self.rank() == 0 {
+            // Like PyTorch, a 0-d tensor accepts dim 0 or -1.
+            dim.to_index_plus_one(self.shape(), op)?;
+            return self.reshape(1)?.softmax_impl(0, log, op)?.reshape(());
+        }
+        let d = dim.to_index(self.shape(), op)?;
+        let last = self.rank() - 1;
+        if d != last {
+            return self.transpose(d, last)?.softmax_impl(last, log, op)?.transpose(d, last);
+        }
+        let storage = self.storage().softmax_last_dim(self.layout(), log)?;
+        Ok(Tensor::from_parts(storage, Layout::contiguous(self.shape().clone()), Some(Op::Softmax(self.clone(), log))))
     }
 
     // ---- matmul ----
@@ -231,7 +243,9 @@ impl Tensor {
             return Err(Error::invalid("matmul", format!("needs at least 1-D operands, got {:?} and {:?}", self.shape(), rhs.shape())));
         }
         if self.rank() == 1 {
-            return self.unsqueeze(0)?.matmul(rhs)?.squeeze(-2);
+            // The promoted dim of size 1 is last when `rhs` is 1-D too (the result is [1]).
+            let m_dim = if rhs.rank() == 1 { -1 } else { -2 };
+            return self.unsqueeze(0)?.matmul(rhs)?.squeeze(m_dim);
         }
         if rhs.rank() == 1 {
             return self.matmul(&rhs.unsqueeze(1)?)?.squeeze(-1);
@@ -292,15 +306,20 @@ impl Tensor {
         if self.dtype().is_float() {
             return Err(Error::UnsupportedDType { op: "one_hot", dtype: self.dtype(), hint: ": class ids must be an integer tensor" });
         }
+        let mut out_dims = self.dims().to_vec();
+        out_dims.push(num_classes);
+        Shape::from(out_dims).checked_elem_count("one_hot")?;
+        let n = i64::try_from(num_classes).map_err(|_| Error::invalid("one_hot", format!("{num_classes} classes do not fit in an i64")))?;
+        // Compared as i64: u8 ids cannot name the classes above 255 (they would wrap).
+        let ids = self.to_dtype(DType::I64)?;
         if self.elem_count() > 0 {
-            let ids = self.to_dtype(DType::I64)?;
             let (lo, hi) = (ids.min_all()?.to_scalar::<i64>()?, ids.max_all()?.to_scalar::<i64>()?);
             if let Some(bad) = [lo, hi].into_iter().find(|&i| i < 0 || i as usize >= num_classes) {
                 return Err(Error::IndexOutOfRange { op: "one_hot", index: bad, size: num_classes, shape: self.shape().clone() });
             }
         }
-        let classes = Tensor::arange(0u32, num_classes as u32, self.device())?.to_dtype(self.dtype())?;
-        self.unsqueeze(self.rank())?.eq(&classes)?.to_dtype(dtype)
+        let classes = Tensor::arange(0i64, n, self.device())?;
+        ids.unsqueeze(self.rank())?.eq(&classes)?.to_dtype(dtype)
     }
 }
 

@@ -23,7 +23,9 @@ fn sample(dist: impl Distribution<f64>, rng: &mut impl Rng, shape: Shape, dtype:
     if !dtype.is_float() {
         return Err(Error::UnsupportedDType { op: "rand", dtype, hint: ": random tensors are float" });
     }
-    let values: Vec<f64> = (0..shape.elem_count()).map(|_| dist.sample(rng)).collect();
+    let n = shape.checked_elem_count("rand")?;
+    let mut values = crate::error::try_vec(n)?;
+    values.extend((0..n).map(|_| dist.sample(rng)));
     Tensor::from_vec(values, shape, Device::Cpu)?.to_dtype(dtype)?.to_device(device)
 }
 
@@ -47,6 +49,10 @@ impl Tensor {
     }
 
     pub fn randn_with(rng: &mut impl Rng, mean: f64, std: f64, shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
+        // rand_distr accepts a negative std (and any mean); PyTorch rejects them, and so do we.
+        if !std.is_finite() || std < 0.0 || !mean.is_finite() {
+            return Err(Error::invalid("randn", format!("mean {mean}, std {std}: the std must be finite and >= 0, the mean finite")));
+        }
         let dist = Normal::new(mean, std).map_err(|e| Error::invalid("randn", format!("mean {mean}, std {std}: {e}")))?;
         sample(dist, rng, shape.into(), dtype, device)
     }

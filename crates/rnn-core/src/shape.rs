@@ -18,17 +18,31 @@ impl Shape {
     pub fn rank(&self) -> usize {
         self.0.len()
     }
+    /// Number of elements. Never overflows: a shape too large to exist counts `usize::MAX`
+    /// (creation and view ops reject such shapes through `checked_elem_count`).
     pub fn elem_count(&self) -> usize {
-        self.0.iter().product()
+        self.checked_count().unwrap_or(usize::MAX)
+    }
+    /// The number of elements, or an error naming `op` when it does not fit in a `usize`.
+    pub fn checked_elem_count(&self, op: &'static str) -> Result<usize> {
+        self.checked_count()
+            .ok_or_else(|| Error::invalid(op, format!("shape {self:?} has more elements than a usize can count")))
+    }
+    fn checked_count(&self) -> Option<usize> {
+        if self.0.contains(&0) {
+            return Some(0);
+        }
+        self.0.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
     }
     pub fn into_dims(self) -> Vec<usize> {
         self.0
     }
     /// Row-major strides of a contiguous tensor of this shape.
     pub fn stride_contiguous(&self) -> Vec<usize> {
-        let mut strides = vec![1; self.rank()];
+        let mut strides = vec![1usize; self.rank()];
         for i in (0..self.rank().saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1] * self.0[i + 1];
+            // Saturating: only an empty shape can be this large, and its strides are never used.
+            strides[i] = strides[i + 1].saturating_mul(self.0[i + 1]);
         }
         strides
     }
@@ -129,14 +143,19 @@ fn resolve(d: i64, rank: usize, shape: &Shape, op: &'static str) -> Result<usize
     Ok(idx as usize)
 }
 
+/// A dim as i64; a usize above `i64::MAX` must stay out of range, not wrap to a negative dim.
+fn as_i64(d: impl TryInto<i64>) -> i64 {
+    d.try_into().unwrap_or(i64::MAX)
+}
+
 macro_rules! impl_dim {
     ($($t:ty),*) => {$(
         impl Dim for $t {
             fn to_index(self, shape: &Shape, op: &'static str) -> Result<usize> {
-                resolve(self as i64, shape.rank(), shape, op)
+                resolve(as_i64(self), shape.rank(), shape, op)
             }
             fn to_index_plus_one(self, shape: &Shape, op: &'static str) -> Result<usize> {
-                resolve(self as i64, shape.rank() + 1, shape, op)
+                resolve(as_i64(self), shape.rank() + 1, shape, op)
             }
         }
     )*};

@@ -20,6 +20,8 @@ pub trait BackendStorage: Sized {
     fn cmp(&self, l: &Layout, rhs: &Self, rl: &Layout, op: CmpOp) -> Result<Self>;
     fn where_cond(&self, l: &Layout, t: &Self, tl: &Layout, f: &Self, fl: &Layout) -> Result<Self>;
     fn reduce(&self, l: &Layout, op: ReduceOp, dims: &[usize]) -> Result<Self>;
+    /// Softmax, or log-softmax when `log`, along the last dim (a fused kernel).
+    fn softmax_last_dim(&self, l: &Layout, log: bool) -> Result<Self>;
     fn matmul(&self, l: &Layout, rhs: &Self, rl: &Layout) -> Result<Self>;
     fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Self>;
     fn copy_strided(&self, l: &Layout) -> Result<Self>;
@@ -43,7 +45,7 @@ impl BackendStorage for CpuStorage {
         Ok(cpu.clone())
     }
     fn full(value: f64, n: usize, dtype: DType, _: usize) -> Result<Self> {
-        Ok(CpuStorage::full(value, n, dtype))
+        CpuStorage::try_full(value, n, dtype)
     }
     fn unary(&self, l: &Layout, op: UnaryOp) -> Result<Self> {
         CpuStorage::unary(self, l, op)
@@ -59,6 +61,9 @@ impl BackendStorage for CpuStorage {
     }
     fn reduce(&self, l: &Layout, op: ReduceOp, dims: &[usize]) -> Result<Self> {
         CpuStorage::reduce(self, l, op, dims)
+    }
+    fn softmax_last_dim(&self, l: &Layout, log: bool) -> Result<Self> {
+        CpuStorage::softmax_last_dim(self, l, log)
     }
     fn matmul(&self, l: &Layout, rhs: &Self, rl: &Layout) -> Result<Self> {
         CpuStorage::matmul(self, l, rhs, rl)
@@ -140,7 +145,7 @@ impl Storage {
 
     pub fn full(value: f64, n: usize, dtype: DType, device: Device) -> Result<Storage> {
         Ok(match device {
-            Device::Cpu => Storage::Cpu(CpuStorage::full(value, n, dtype)),
+            Device::Cpu => Storage::Cpu(CpuStorage::try_full(value, n, dtype)?),
             Device::Cuda(i) => Storage::Cuda(CudaStorage::full(value, n, dtype, i)?),
             Device::Wgpu(i) => Storage::Wgpu(WgpuStorage::full(value, n, dtype, i)?),
         })
@@ -180,6 +185,10 @@ impl Storage {
 
     pub fn reduce(&self, l: &Layout, op: ReduceOp, dims: &[usize]) -> Result<Storage> {
         Ok(dispatch!(self, s => s.reduce(l, op, dims)))
+    }
+
+    pub fn softmax_last_dim(&self, l: &Layout, log: bool) -> Result<Storage> {
+        Ok(dispatch!(self, s => s.softmax_last_dim(l, log)))
     }
 
     pub fn matmul(&self, l: &Layout, rhs: &Storage, rl: &Layout) -> Result<Storage> {

@@ -142,10 +142,11 @@ impl Tensor {
 
     pub fn from_vec<T: WithDType>(data: Vec<T>, shape: impl Into<Shape>, device: Device) -> Result<Tensor> {
         let shape = shape.into();
-        if data.len() != shape.elem_count() {
+        let expected = shape.checked_elem_count("from_vec")?;
+        if data.len() != expected {
             return Err(Error::ElementCountMismatch {
                 op: "from_vec",
-                expected: shape.elem_count(),
+                expected,
                 got: data.len(),
                 shape,
             });
@@ -165,7 +166,7 @@ impl Tensor {
 
     pub fn full(value: f64, shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
         let shape = shape.into();
-        let storage = Storage::full(value, shape.elem_count(), dtype, device)?;
+        let storage = Storage::full(value, shape.checked_elem_count("full")?, dtype, device)?;
         Ok(Self::from_parts(storage, Layout::contiguous(shape), None))
     }
     pub fn zeros(shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
@@ -195,8 +196,9 @@ impl Tensor {
         if st == 0.0 || !st.is_finite() || !s.is_finite() || !e.is_finite() {
             return Err(Error::invalid("arange", format!("bad range {start}..{end} step {step}")));
         }
-        let n = ((e - s) / st).ceil().max(0.0) as usize;
-        let data: Vec<T> = (0..n).map(|i| T::from_f64(s + i as f64 * st)).collect();
+        let n = ((e - s) / st).ceil().max(0.0) as usize; // saturates, then fails to allocate
+        let mut data = crate::error::try_vec(n)?;
+        data.extend((0..n).map(|i| T::from_f64(s + i as f64 * st)));
         Self::from_vec(data, n, device)
     }
 
@@ -219,15 +221,18 @@ impl Tensor {
 
     pub fn to_vec2<T: WithDType>(&self) -> Result<Vec<Vec<T>>> {
         self.expect_rank("to_vec2", 2)?;
-        let cols = self.dims()[1];
-        Ok(self.to_vec::<T>()?.chunks(cols.max(1)).map(|c| c.to_vec()).collect())
+        let (rows, cols) = (self.dims()[0], self.dims()[1]);
+        let flat = self.to_vec::<T>()?;
+        // Indexed rather than chunked, so that rows of length 0 are kept.
+        Ok((0..rows).map(|i| flat[i * cols..][..cols].to_vec()).collect())
     }
 
     pub fn to_vec3<T: WithDType>(&self) -> Result<Vec<Vec<Vec<T>>>> {
         self.expect_rank("to_vec3", 3)?;
-        let (d1, d2) = (self.dims()[1], self.dims()[2]);
+        let (d0, d1, d2) = (self.dims()[0], self.dims()[1], self.dims()[2]);
         let flat = self.to_vec::<T>()?;
-        Ok(flat.chunks((d1 * d2).max(1)).map(|m| m.chunks(d2.max(1)).map(|r| r.to_vec()).collect()).collect())
+        let row = |i: usize, j: usize| flat[(i * d1 + j) * d2..][..d2].to_vec();
+        Ok((0..d0).map(|i| (0..d1).map(|j| row(i, j)).collect()).collect())
     }
 
     /// The value of a one-element tensor (any rank).

@@ -9,10 +9,11 @@ impl Tensor {
     /// The same elements in a new shape; copies first only when the layout is not contiguous.
     pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
-        if shape.elem_count() != self.elem_count() {
+        let expected = shape.checked_elem_count("reshape")?;
+        if expected != self.elem_count() {
             return Err(Error::ElementCountMismatch {
                 op: "reshape",
-                expected: shape.elem_count(),
+                expected,
                 got: self.elem_count(),
                 shape,
             });
@@ -111,6 +112,7 @@ impl Tensor {
         if &shape == self.shape() {
             return Ok(self.clone());
         }
+        shape.checked_elem_count("broadcast_as")?;
         let layout = self.layout().broadcast_as(&shape)?;
         Ok(self.view(layout, Some(Op::Broadcast(self.clone()))))
     }

@@ -1,7 +1,8 @@
 //! Binary ops, comparisons and where_cond. Inputs already share one (broadcast) shape;
 //! a broadcast input simply has stride 0, and the common cases get contiguous fast paths.
 
-use super::parallel::{par_fill, uninit_vec};
+use super::parallel::{par_fill, zeroed_vec};
+use super::simd::zip_slice;
 use super::strided::StridedIndex;
 use super::unary::map;
 use super::CpuStorage;
@@ -13,15 +14,15 @@ fn is_scalar(l: &Layout) -> bool {
 }
 
 /// `f(a[i], b[i])` for every element of two same-shape layouts.
-pub fn zip_map<T, U, V>(a: &[T], la: &Layout, b: &[U], lb: &Layout, f: impl Fn(T, U) -> V + Sync + Send) -> Vec<V>
+pub fn zip_map<T, U, V>(a: &[T], la: &Layout, b: &[U], lb: &Layout, f: impl Fn(T, U) -> V + Sync + Send) -> Result<Vec<V>>
 where
     T: Copy + Sync,
     U: Copy + Sync,
-    V: Copy + Default + Send,
+    V: Copy + bytemuck::Zeroable + Send,
 {
     let n = la.shape().elem_count();
     if n == 0 {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     if is_scalar(lb) {
         let s = b[lb.start_offset()];
@@ -31,13 +32,11 @@ where
         let s = a[la.start_offset()];
         return map(b, lb, |y| f(s, y));
     }
-    let mut out = uninit_vec(n);
+    let mut out = zeroed_vec(n)?;
     match (la.contiguous_offsets(), lb.contiguous_offsets()) {
         (Some((sa, _)), Some((sb, _))) => par_fill(&mut out, |chunk, first| {
-            let (a, b) = (&a[sa + first..], &b[sb + first..]);
-            for ((o, &x), &y) in chunk.iter_mut().zip(a).zip(b) {
-                *o = f(x, y);
-            }
+            let n = chunk.len();
+            zip_slice(&a[sa + first..][..n], &b[sb + first..][..n], chunk, &f)
         }),
         (Some((sa, _)), None) => par_fill(&mut out, |chunk, first| {
             let bi = StridedIndex::starting_at(lb, first);
@@ -53,7 +52,20 @@ where
             }
         }),
     }
-    out
+    Ok(out)
+}
+
+/// `cond[i] ? t[i] : f[i]` with `cond` contiguous and `t`, `f` seen through their layouts.
+fn select<T: Copy + Sync + Send + bytemuck::Zeroable>(cond: &[bool], t: &[T], lt: &Layout, f: &[T], lf: &Layout) -> Result<Vec<T>> {
+    let mut out = zeroed_vec(cond.len())?;
+    par_fill(&mut out, |chunk, first| {
+        let ti = StridedIndex::starting_at(lt, first);
+        let fi = StridedIndex::starting_at(lf, first);
+        for (((o, &c), i), j) in chunk.iter_mut().zip(&cond[first..]).zip(ti).zip(fi) {
+            *o = if c { t[i] } else { f[j] };
+        }
+    });
+    Ok(out)
 }
 
 struct CpuBinary<'a> {
@@ -69,7 +81,7 @@ impl BinaryVisitor for CpuBinary<'_> {
         macro_rules! arm {
             ($($v:ident),*) => {
                 match (a, b) {
-                    $((CpuStorage::$v(a), CpuStorage::$v(b)) => CpuStorage::$v(zip_map(a, la, b, lb, K::f)),)*
+                    $((CpuStorage::$v(a), CpuStorage::$v(b)) => CpuStorage::$v(zip_map(a, la, b, lb, K::f)?),)*
                     _ => return Err(Error::DTypeMismatch { op: K::NAME, lhs: a.dtype(), rhs: b.dtype() }),
                 }
             };
@@ -94,7 +106,7 @@ impl CpuStorage {
                         CmpOp::Le => zip_map(a, la, b, lb, |x, y| (x <= y) as u8),
                         CmpOp::Gt => zip_map(a, la, b, lb, |x, y| (x > y) as u8),
                         CmpOp::Ge => zip_map(a, la, b, lb, |x, y| (x >= y) as u8),
-                    },)*
+                    }?,)*
                     _ => return Err(Error::DTypeMismatch { op: op.name(), lhs: self.dtype(), rhs: rhs.dtype() }),
                 }
             };
@@ -112,14 +124,10 @@ impl CpuStorage {
         lf: &Layout,
     ) -> Result<CpuStorage> {
         let cond = self.nonzero_mask(lc)?;
-        let lm = Layout::contiguous(lc.shape().clone());
         macro_rules! arm {
             ($($v:ident),*) => {
                 match (t, f) {
-                    $((CpuStorage::$v(t), CpuStorage::$v(f)) => {
-                        let picked = zip_map(&cond, &lm, t, lt, |c, x| (c, x));
-                        CpuStorage::$v(zip_map(&picked, &lm, f, lf, |(c, x), y| if c { x } else { y }))
-                    })*
+                    $((CpuStorage::$v(t), CpuStorage::$v(f)) => CpuStorage::$v(select(&cond, t, lt, f, lf)?),)*
                     _ => return Err(Error::DTypeMismatch { op: "where_cond", lhs: t.dtype(), rhs: f.dtype() }),
                 }
             };
@@ -130,9 +138,9 @@ impl CpuStorage {
     /// Contiguous booleans `x != 0` of an integer tensor.
     fn nonzero_mask(&self, l: &Layout) -> Result<Vec<bool>> {
         match self {
-            CpuStorage::U8(v) => Ok(map(v, l, |x| x != 0)),
-            CpuStorage::U32(v) => Ok(map(v, l, |x| x != 0)),
-            CpuStorage::I64(v) => Ok(map(v, l, |x| x != 0)),
+            CpuStorage::U8(v) => map(v, l, |x| x != 0),
+            CpuStorage::U32(v) => map(v, l, |x| x != 0),
+            CpuStorage::I64(v) => map(v, l, |x| x != 0),
             s => Err(Error::UnsupportedDType { op: "where_cond", dtype: s.dtype(), hint: ": the condition must be u8, u32 or i64" }),
         }
     }

@@ -5,8 +5,8 @@ use std::borrow::Cow;
 use super::CpuStorage;
 use crate::{Error, Layout, Result, WithDType};
 
-fn cat_typed<T: WithDType + Default>(parts: &[(Cow<'_, [T]>, usize)], outer: usize, out_block: usize) -> Vec<T> {
-    let mut out = vec![T::default(); outer * out_block];
+fn cat_typed<T: WithDType>(parts: &[(Cow<'_, [T]>, usize)], outer: usize, out_block: usize) -> Result<Vec<T>> {
+    let mut out = super::parallel::zeroed_vec(outer * out_block)?;
     let mut col = 0;
     for (src, block) in parts {
         for (o, row) in src.chunks(*block.max(&1)).enumerate().take(outer) {
@@ -14,7 +14,7 @@ fn cat_typed<T: WithDType + Default>(parts: &[(Cow<'_, [T]>, usize)], outer: usi
         }
         col += block;
     }
-    out
+    Ok(out)
 }
 
 impl CpuStorage {
@@ -34,13 +34,9 @@ impl CpuStorage {
                             let CpuStorage::$v(v) = s else {
                                 return Err(Error::DTypeMismatch { op: "cat", lhs: first.0.dtype(), rhs: s.dtype() });
                             };
-                            let data = match l.contiguous_offsets() {
-                                Some((a, b)) => Cow::Borrowed(&v[a..b]),
-                                None => Cow::Owned(super::unary::map(v, l, |x| x)),
-                            };
-                            typed.push((data, l.dims()[dim] * inner));
+                            typed.push((super::unary::contiguous_slice(v, l)?, l.dims()[dim] * inner));
                         }
-                        CpuStorage::$v(cat_typed(&typed, outer, out_block))
+                        CpuStorage::$v(cat_typed(&typed, outer, out_block)?)
                     })*
                 }
             };

@@ -1,9 +1,8 @@
 //! index_select, gather and scatter_add. Indices may be u8, u32 or i64; every index is
 //! range-checked before any element moves, so a bad index is an error, never a crash.
 
-use std::borrow::Cow;
-
 use super::strided::StridedIndex;
+use super::unary::contiguous_slice;
 use super::CpuStorage;
 use crate::num::Elem;
 use crate::{Error, Layout, Result, Shape};
@@ -27,12 +26,6 @@ fn checked_ids(op: &'static str, ids: &CpuStorage, l: &Layout, size: usize, shap
         .collect()
 }
 
-fn contiguous<'a, T: Copy + Default + Send + Sync>(v: &'a [T], l: &Layout) -> Cow<'a, [T]> {
-    match l.contiguous_offsets() {
-        Some((a, b)) => Cow::Borrowed(&v[a..b]),
-        None => Cow::Owned(super::unary::map(v, l, |x| x)),
-    }
-}
 
 fn index_select_typed<T: Copy + Default>(x: &[T], (outer, _, inner): (usize, usize, usize), ids: &[usize], size: usize) -> Vec<T> {
     let mut out = Vec::with_capacity(outer * ids.len() * inner);
@@ -75,7 +68,7 @@ impl CpuStorage {
     pub fn index_select(&self, l: &Layout, ids: &CpuStorage, il: &Layout, dim: usize) -> Result<CpuStorage> {
         let sizes = split_at(l.dims(), dim);
         let ids = checked_ids("index_select", ids, il, sizes.1, l.shape())?;
-        Ok(cpu_map_same!(self, v => index_select_typed(&contiguous(v, l), sizes, &ids, sizes.1)))
+        Ok(cpu_map_same!(self, v => index_select_typed(&contiguous_slice(v, l)?, sizes, &ids, sizes.1)))
     }
 
     /// `out[.., j, ..] = x[.., ids[.., j, ..], ..]` along `dim`; `ids` has the output's shape.
@@ -83,7 +76,7 @@ impl CpuStorage {
         let size = l.dims()[dim];
         let ids = checked_ids("gather", ids, il, size, l.shape())?;
         let sizes = split_at(il.dims(), dim);
-        Ok(cpu_map_same!(self, v => gather_typed(&contiguous(v, l), size, &ids, sizes)))
+        Ok(cpu_map_same!(self, v => gather_typed(&contiguous_slice(v, l)?, size, &ids, sizes)))
     }
 
     /// A copy of `self` with `src` added at the positions `ids` names along `dim`.
@@ -95,8 +88,8 @@ impl CpuStorage {
             ($($v:ident),*) => {
                 match (self, src) {
                     $((CpuStorage::$v(d), CpuStorage::$v(s)) => {
-                        let mut out = contiguous(d, l).into_owned();
-                        scatter_add_typed(&mut out, size, &ids, &contiguous(s, sl), sizes);
+                        let mut out = contiguous_slice(d, l)?.into_owned();
+                        scatter_add_typed(&mut out, size, &ids, &contiguous_slice(s, sl)?, sizes);
                         CpuStorage::$v(out)
                     })*
                     (a, b) => return Err(Error::DTypeMismatch { op: "scatter_add", lhs: a.dtype(), rhs: b.dtype() }),

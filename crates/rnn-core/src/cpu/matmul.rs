@@ -25,7 +25,7 @@ fn batch_offsets(l: &Layout) -> Vec<usize> {
     StridedIndex::new(&outer).collect()
 }
 
-fn gemm_typed<T: Copy + Default + Send + Sync + 'static>(
+fn gemm_typed<T: Copy + bytemuck::Zeroable + Send + Sync + 'static>(
     a: &[T],
     la: &Layout,
     b: &[T],
@@ -33,10 +33,10 @@ fn gemm_typed<T: Copy + Default + Send + Sync + 'static>(
     d: &Dims,
     zero: T,
     one: T,
-) -> Vec<T> {
-    let mut out = vec![T::default(); d.batch * d.m * d.n];
+) -> Result<Vec<T>> {
+    let mut out = super::parallel::zeroed_vec(d.batch * d.m * d.n)?;
     if out.is_empty() {
-        return out;
+        return Ok(out);
     }
     let (ra, rb) = (la.dims().len(), lb.dims().len());
     let (a_rs, a_cs) = (la.strides()[ra - 2] as isize, la.strides()[ra - 1] as isize);
@@ -61,7 +61,7 @@ fn gemm_typed<T: Copy + Default + Send + Sync + 'static>(
     } else {
         chunks.collect::<Vec<_>>().into_par_iter().enumerate().for_each(|(i, dst)| run(dst, i, Parallelism::None));
     }
-    out
+    Ok(out)
 }
 
 fn check_extent(op: &'static str, len: usize, l: &Layout) -> Result<()> {
@@ -80,10 +80,10 @@ impl CpuStorage {
         let r = ad.len();
         let d = Dims { batch: ad[..r - 2].iter().product(), m: ad[r - 2], k: ad[r - 1], n: bd[r - 1] };
         Ok(match (self, rhs) {
-            (CpuStorage::F32(a), CpuStorage::F32(b)) => CpuStorage::F32(gemm_typed(a, la, b, lb, &d, 0.0, 1.0)),
-            (CpuStorage::F64(a), CpuStorage::F64(b)) => CpuStorage::F64(gemm_typed(a, la, b, lb, &d, 0.0, 1.0)),
+            (CpuStorage::F32(a), CpuStorage::F32(b)) => CpuStorage::F32(gemm_typed(a, la, b, lb, &d, 0.0, 1.0)?),
+            (CpuStorage::F64(a), CpuStorage::F64(b)) => CpuStorage::F64(gemm_typed(a, la, b, lb, &d, 0.0, 1.0)?),
             (CpuStorage::F16(a), CpuStorage::F16(b)) => {
-                CpuStorage::F16(gemm_typed(a, la, b, lb, &d, f16::ZERO, f16::ONE))
+                CpuStorage::F16(gemm_typed(a, la, b, lb, &d, f16::ZERO, f16::ONE)?)
             }
             (CpuStorage::BF16(_), CpuStorage::BF16(_)) => {
                 // gemm has no bf16 kernel: compute in f32, round once at the end.

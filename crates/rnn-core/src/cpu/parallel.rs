@@ -19,9 +19,23 @@ pub fn par_fill<T: Send>(out: &mut [T], f: impl Fn(&mut [T], usize) + Sync + Sen
     out.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(c, i * chunk));
 }
 
-/// A vector of `n` elements whose every element the caller overwrites before reading.
-pub fn uninit_vec<T: Copy + Default>(n: usize) -> Vec<T> {
-    // Zero-filling is memory traffic as large as the op itself; `Default` keeps this safe
-    // for every dtype while the allocator hands back zeroed pages for large sizes.
-    vec![T::default(); n]
+/// `n` zeros, or `Error::OutOfMemory` when the machine cannot hold them (an op's output
+/// size comes from user shapes, so a failed allocation must be an error, not an abort).
+/// Zeroed allocation hands back fresh pages for large sizes without writing them twice.
+pub fn zeroed_vec<T: bytemuck::Zeroable>(n: usize) -> crate::Result<Vec<T>> {
+    let oom = || crate::Error::host_out_of_memory(n.saturating_mul(std::mem::size_of::<T>()));
+    if n == 0 || std::mem::size_of::<T>() == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<T>(n).map_err(|_| oom())?;
+    // SAFETY: the layout has non-zero size; all-zero bytes are a valid `T` (Zeroable); a
+    // non-null block of `Layout::array::<T>(n)` from the global allocator is exactly what
+    // `Vec::from_raw_parts` with length and capacity `n` takes ownership of.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout) as *mut T;
+        if ptr.is_null() {
+            return Err(oom());
+        }
+        Ok(Vec::from_raw_parts(ptr, n, n))
+    }
 }

@@ -12,7 +12,7 @@ use crate::{Layout, Result, WithDType};
 /// block) into the accumulator, `merge` joins two partial results in order.
 trait Reducer<T>: Sync {
     type Acc: Copy + Send + Sync;
-    type Out: Copy + Default + Send;
+    type Out: Copy + bytemuck::Zeroable + Send;
     fn init(&self) -> Self::Acc;
     fn step(&self, acc: Self::Acc, x: T, j: u32) -> Self::Acc;
     fn merge(&self, a: Self::Acc, b: Self::Acc) -> Self::Acc;
@@ -68,7 +68,7 @@ impl<T: WithDType + Default, const G: bool, const A: bool> Reducer<T> for Extrem
     fn step(&self, acc: (T, u32), x: T, j: u32) -> (T, u32) {
         let better = if G { x > acc.0 } else { x < acc.0 };
         // NaN wins, as in PyTorch: a NaN anywhere makes max and min NaN.
-        if better || acc.1 == u32::MAX || (x != x && acc.0 == acc.0) { (x, j) } else { acc }
+        if better || acc.1 == u32::MAX || (x.is_nan() && !acc.0.is_nan()) { (x, j) } else { acc }
     }
     fn merge(&self, a: (T, u32), b: (T, u32)) -> (T, u32) {
         if b.1 == u32::MAX {
@@ -82,8 +82,8 @@ impl<T: WithDType + Default, const G: bool, const A: bool> Reducer<T> for Extrem
 }
 
 /// Reduces `x` = `[outer, r, inner]` (contiguous) to `[outer, inner]`.
-fn reduce3<T: Copy + Sync, R: Reducer<T>>(x: &[T], outer: usize, r: usize, inner: usize, red: &R) -> Vec<R::Out> {
-    let mut out = vec![R::Out::default(); outer * inner];
+fn reduce3<T: Copy + Sync, R: Reducer<T>>(x: &[T], outer: usize, r: usize, inner: usize, red: &R) -> Result<Vec<R::Out>> {
+    let mut out = super::parallel::zeroed_vec(outer * inner)?;
     if inner == 1 && outer < 2 * rayon::current_num_threads() && r >= PAR_THRESHOLD {
         // Few long rows: split each row over the threads instead.
         for (o, row) in out.iter_mut().zip(x.chunks(r)) {
@@ -94,7 +94,7 @@ fn reduce3<T: Copy + Sync, R: Reducer<T>>(x: &[T], outer: usize, r: usize, inner
                 .reduce(|| red.init(), |a, b| red.merge(a, b));
             *o = red.finish(acc);
         }
-        return out;
+        return Ok(out);
     }
     par_fill(&mut out, |chunk, first| {
         if inner == 1 {
@@ -121,7 +121,7 @@ fn reduce3<T: Copy + Sync, R: Reducer<T>>(x: &[T], outer: usize, r: usize, inner
             k += len;
         }
     });
-    out
+    Ok(out)
 }
 
 fn fold<T: Copy, R: Reducer<T>>(xs: &[T], first: u32, red: &R) -> R::Acc {
@@ -142,31 +142,33 @@ impl CpuStorage {
     /// Reduces over `dims` (sorted, unique); the result keeps them with size 1.
     pub fn reduce(&self, l: &Layout, op: ReduceOp, dims: &[usize]) -> Result<CpuStorage> {
         if let Some((outer, r, inner)) = block_sizes(l, dims) {
-            return Ok(self.reduce_block(l.start_offset(), outer, r, inner, op));
+            return self.reduce_block(l.start_offset(), outer, r, inner, op);
         }
         // Move the reduced dims last and make that contiguous.
         let kept = (0..l.dims().len()).filter(|d| !dims.contains(d));
         let perm: Vec<usize> = kept.chain(dims.iter().copied()).collect();
         let moved = l.permute(&perm)?;
         let r: usize = dims.iter().map(|&d| l.dims()[d]).product();
-        let outer = l.shape().elem_count() / r.max(1);
-        Ok(self.copy_strided(&moved)?.reduce_block(0, outer, r, 1, op))
+        // The kept dims' product, not elem_count / r: with r == 0 (an empty reduced dim) the
+        // output still has one element (a sum of nothing) per kept position.
+        let outer: usize = (0..l.dims().len()).filter(|d| !dims.contains(d)).map(|d| l.dims()[d]).product();
+        self.copy_strided(&moved)?.reduce_block(0, outer, r, 1, op)
     }
 
-    fn reduce_block(&self, offset: usize, outer: usize, r: usize, inner: usize, op: ReduceOp) -> CpuStorage {
+    fn reduce_block(&self, offset: usize, outer: usize, r: usize, inner: usize, op: ReduceOp) -> Result<CpuStorage> {
         let n = outer * r * inner;
         cpu_each!(self, v => reduce_typed(&v[offset..offset + n], outer, r, inner, op))
     }
 }
 
-fn reduce_typed<T: WithDType + Default>(x: &[T], outer: usize, r: usize, inner: usize, op: ReduceOp) -> CpuStorage {
+fn reduce_typed<T: WithDType + Default>(x: &[T], outer: usize, r: usize, inner: usize, op: ReduceOp) -> Result<CpuStorage> {
     let values = |v: Vec<f64>| T::into_storage(v.into_iter().map(T::from_f64).collect());
     let indices = |v: Vec<f64>| CpuStorage::U32(v.into_iter().map(|i| i as u32).collect());
-    match op {
-        ReduceOp::Sum => T::into_storage(reduce3(x, outer, r, inner, &Sum)),
-        ReduceOp::Max => values(reduce3(x, outer, r, inner, &Extreme::<true, false>)),
-        ReduceOp::Min => values(reduce3(x, outer, r, inner, &Extreme::<false, false>)),
-        ReduceOp::ArgMax => indices(reduce3(x, outer, r, inner, &Extreme::<true, true>)),
-        ReduceOp::ArgMin => indices(reduce3(x, outer, r, inner, &Extreme::<false, true>)),
-    }
+    Ok(match op {
+        ReduceOp::Sum => T::into_storage(reduce3(x, outer, r, inner, &Sum)?),
+        ReduceOp::Max => values(reduce3(x, outer, r, inner, &Extreme::<true, false>)?),
+        ReduceOp::Min => values(reduce3(x, outer, r, inner, &Extreme::<false, false>)?),
+        ReduceOp::ArgMax => indices(reduce3(x, outer, r, inner, &Extreme::<true, true>)?),
+        ReduceOp::ArgMin => indices(reduce3(x, outer, r, inner, &Extreme::<false, true>)?),
+    })
 }

@@ -2,27 +2,24 @@
 
 use half::{bf16, f16};
 
-use super::parallel::{par_fill, uninit_vec};
+use super::parallel::{par_fill, zeroed_vec};
+use super::simd::map_slice;
 use super::strided::StridedIndex;
 use super::CpuStorage;
 use crate::op::{UnaryKernel, UnaryOp, UnaryVisitor};
 use crate::{DType, Error, Layout, Result, WithDType};
 
 /// `f` applied to every element of `src` seen through `l`, in row-major order.
-pub fn map<T, U>(src: &[T], l: &Layout, f: impl Fn(T) -> U + Sync + Send) -> Vec<U>
+pub fn map<T, U>(src: &[T], l: &Layout, f: impl Fn(T) -> U + Sync + Send) -> Result<Vec<U>>
 where
     T: Copy + Sync,
-    U: Copy + Default + Send,
+    U: Copy + bytemuck::Zeroable + Send,
 {
-    let mut out = uninit_vec(l.shape().elem_count());
+    let mut out = zeroed_vec(l.shape().elem_count())?;
     match l.contiguous_offsets() {
         Some((start, end)) => {
             let src = &src[start..end];
-            par_fill(&mut out, |chunk, first| {
-                for (o, &x) in chunk.iter_mut().zip(&src[first..]) {
-                    *o = f(x);
-                }
-            });
+            par_fill(&mut out, |chunk, first| map_slice(&src[first..first + chunk.len()], chunk, &f));
         }
         None => par_fill(&mut out, |chunk, first| {
             for (o, i) in chunk.iter_mut().zip(StridedIndex::starting_at(l, first)) {
@@ -30,7 +27,18 @@ where
             }
         }),
     }
-    out
+    Ok(out)
+}
+
+/// The elements seen through `l` as one contiguous slice, borrowed when they already are.
+pub fn contiguous_slice<'a, T>(v: &'a [T], l: &Layout) -> Result<std::borrow::Cow<'a, [T]>>
+where
+    T: Copy + Sync + Send + bytemuck::Zeroable,
+{
+    Ok(match l.contiguous_offsets() {
+        Some((a, b)) => std::borrow::Cow::Borrowed(&v[a..b]),
+        None => std::borrow::Cow::Owned(map(v, l, |x| x)?),
+    })
 }
 
 struct CpuUnary<'a> {
@@ -44,10 +52,10 @@ impl UnaryVisitor for CpuUnary<'_> {
     fn visit<K: UnaryKernel>(self) -> Result<CpuStorage> {
         let l = self.l;
         Ok(match self.s {
-            CpuStorage::F32(v) => CpuStorage::F32(map(v, l, K::f::<f32>)),
-            CpuStorage::F64(v) => CpuStorage::F64(map(v, l, K::f::<f64>)),
-            CpuStorage::F16(v) => CpuStorage::F16(map(v, l, |x| f16::from_f32(K::f(x.to_f32())))),
-            CpuStorage::BF16(v) => CpuStorage::BF16(map(v, l, |x| bf16::from_f32(K::f(x.to_f32())))),
+            CpuStorage::F32(v) => CpuStorage::F32(map(v, l, K::f::<f32>)?),
+            CpuStorage::F64(v) => CpuStorage::F64(map(v, l, K::f::<f64>)?),
+            CpuStorage::F16(v) => CpuStorage::F16(map(v, l, |x| f16::from_f32(K::f(x.to_f32())))?),
+            CpuStorage::BF16(v) => CpuStorage::BF16(map(v, l, |x| bf16::from_f32(K::f(x.to_f32())))?),
             s => {
                 return Err(Error::UnsupportedDType {
                     op: K::NAME,
@@ -65,11 +73,11 @@ impl CpuStorage {
     }
 
     pub fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<CpuStorage> {
-        fn cast<T: WithDType, U: WithDType + Default>(v: &[T], l: &Layout) -> CpuStorage {
+        fn cast<T: WithDType, U: WithDType>(v: &[T], l: &Layout) -> Result<CpuStorage> {
             // Through f64: exact for every pair of our dtypes except i64 above 2^53.
-            U::into_storage(map(v, l, |x| U::from_f64(x.to_f64())))
+            Ok(U::into_storage(map(v, l, |x| U::from_f64(x.to_f64()))?))
         }
-        Ok(cpu_each!(self, v => match dtype {
+        cpu_each!(self, v => match dtype {
             DType::U8 => cast::<_, u8>(v, l),
             DType::U32 => cast::<_, u32>(v, l),
             DType::I64 => cast::<_, i64>(v, l),
@@ -77,14 +85,14 @@ impl CpuStorage {
             DType::BF16 => cast::<_, bf16>(v, l),
             DType::F32 => cast::<_, f32>(v, l),
             DType::F64 => cast::<_, f64>(v, l),
-        }))
+        })
     }
 
     /// A contiguous copy of the elements seen through `l`.
     pub fn copy_strided(&self, l: &Layout) -> Result<CpuStorage> {
         Ok(cpu_map_same!(self, v => match l.contiguous_offsets() {
             Some((start, end)) => v[start..end].to_vec(),
-            None => map(v, l, |x| x),
+            None => map(v, l, |x| x)?,
         }))
     }
 }

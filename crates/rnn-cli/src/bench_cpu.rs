@@ -1,0 +1,243 @@
+//! `rnn bench cpu`: the workloads of `bench/cpu_bench.py` (same names, shapes, metrics and
+//! timing) on `Device::Cpu`, printed as a table while they run and returned as records.
+
+use std::io::Write;
+
+use rnn::{DType, Device, NoGradGuard, Tensor};
+use serde::Serialize;
+
+use crate::timing::{time_call, Measurement, TimingConfig};
+use crate::CliResult;
+
+const N16M: usize = 16 * 1024 * 1024;
+/// The sizes in the workload names; a quick run keeps the names and shrinks the sizes.
+const MATMUL_LABELS: [usize; 4] = [256, 512, 1024, 2048];
+const NAME_WIDTH: usize = 28;
+
+/// Problem sizes and timing of one run.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizes {
+    /// Elements of the unary, binary and sum inputs.
+    pub elems: usize,
+    /// Softmax input is `[softmax_rows, softmax_cols]`, reduced over the last dim.
+    pub softmax_rows: usize,
+    pub softmax_cols: usize,
+    /// Square matmul sizes, one per name in `MATMUL_LABELS`.
+    pub matmul: [usize; 4],
+    pub timing: TimingConfig,
+}
+
+impl Sizes {
+    /// Exactly the sizes of `bench/cpu_bench.py`.
+    pub const FULL: Sizes = Sizes {
+        elems: N16M,
+        softmax_rows: 16384,
+        softmax_cols: 1024,
+        matmul: MATMUL_LABELS,
+        timing: TimingConfig::FULL,
+    };
+    /// A smoke test: 1M elements, matmul up to 512, 0.1 s per workload.
+    pub const QUICK: Sizes = Sizes {
+        elems: 1 << 20,
+        softmax_rows: 1024,
+        softmax_cols: 1024,
+        matmul: [64, 128, 256, 512],
+        timing: TimingConfig::QUICK,
+    };
+}
+
+/// One result, in the JSON format `cpu_bench.py --json` writes.
+#[derive(Clone, Debug, Serialize)]
+pub struct Record {
+    pub suite: &'static str,
+    pub name: String,
+    pub metric: &'static str,
+    pub value: f64,
+    pub higher_is_better: bool,
+    pub threads: usize,
+}
+
+/// What a workload's value measures.
+#[derive(Clone, Copy, Debug)]
+enum Score {
+    /// Floating-point operations per call, reported as GFLOP/s.
+    Flops(f64),
+    /// Bytes read and written per call, reported as GB/s.
+    Bytes(f64),
+    /// Time per call, reported in ms.
+    Millis,
+}
+
+impl Score {
+    fn metric(self) -> &'static str {
+        match self {
+            Score::Flops(_) => "GFLOP/s",
+            Score::Bytes(_) => "GB/s",
+            Score::Millis => "ms",
+        }
+    }
+
+    fn value(self, seconds: f64) -> f64 {
+        match self {
+            Score::Flops(amount) | Score::Bytes(amount) => amount / seconds / 1e9,
+            Score::Millis => seconds * 1e3,
+        }
+    }
+}
+
+/// Runs every workload, printing one line per workload to `out` as it finishes.
+pub fn run(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<Vec<Record>> {
+    rnn::manual_seed(0);
+    let mut bench = Bench { sizes, threads: rayon::current_num_threads(), records: Vec::new(), out };
+    bench.print_header(quick)?;
+    {
+        let _no_grad = NoGradGuard::new();
+        bench_matmul(&mut bench)?;
+        bench_elementwise(&mut bench)?;
+        bench_reductions(&mut bench)?;
+    }
+    bench_mlp(&mut bench)?;
+    Ok(bench.records)
+}
+
+/// Collects records and prints them as they come.
+struct Bench<'a> {
+    sizes: Sizes,
+    threads: usize,
+    records: Vec<Record>,
+    out: &'a mut dyn Write,
+}
+
+impl Bench<'_> {
+    fn print_header(&mut self, quick: bool) -> CliResult<()> {
+        let version = env!("CARGO_PKG_VERSION");
+        writeln!(self.out, "rnn {version} CPU benchmark, threads={}", self.threads)?;
+        if quick {
+            writeln!(self.out, "quick mode: reduced sizes and times, numbers are not comparable to a full run")?;
+        }
+        writeln!(
+            self.out,
+            "{:<NAME_WIDTH$} {:>12}  {:<8} {:>12} {:>7}",
+            "name", "value", "metric", "ms/call", "calls"
+        )?;
+        writeln!(self.out, "{}", "-".repeat(NAME_WIDTH + 45))?;
+        Ok(self.out.flush()?)
+    }
+
+    /// Times `f`, records the result and prints its line.
+    fn measure(&mut self, name: &str, score: Score, f: impl FnMut() -> rnn::Result<()>) -> CliResult<()> {
+        let m = time_call(self.sizes.timing, f)?;
+        let record = Record {
+            suite: "cpu",
+            name: name.to_string(),
+            metric: score.metric(),
+            value: score.value(m.median_seconds),
+            higher_is_better: !matches!(score, Score::Millis),
+            threads: self.threads,
+        };
+        self.print_line(&record, m)?;
+        self.records.push(record);
+        Ok(())
+    }
+
+    fn print_line(&mut self, r: &Record, m: Measurement) -> CliResult<()> {
+        let ms = m.median_seconds * 1e3;
+        writeln!(self.out, "{:<NAME_WIDTH$} {:>12.3}  {:<8} {:>12.4} {:>7}", r.name, r.value, r.metric, ms, m.calls)?;
+        Ok(self.out.flush()?)
+    }
+}
+
+fn randn(shape: impl Into<rnn::Shape>) -> rnn::Result<Tensor> {
+    Tensor::randn(0.0, 1.0, shape, DType::F32, Device::Cpu)
+}
+
+fn bench_matmul(bench: &mut Bench) -> CliResult<()> {
+    for (label, n) in MATMUL_LABELS.into_iter().zip(bench.sizes.matmul) {
+        let (a, b) = (randn((n, n))?, randn((n, n))?);
+        let flops = 2.0 * (n as f64).powi(3);
+        bench.measure(&format!("matmul_f32_{label}"), Score::Flops(flops), || a.matmul(&b).map(drop))?;
+    }
+    Ok(())
+}
+
+type UnaryFn = fn(&Tensor) -> rnn::Result<Tensor>;
+type BinaryFn = fn(&Tensor, &Tensor) -> rnn::Result<Tensor>;
+
+fn bench_elementwise(bench: &mut Bench) -> CliResult<()> {
+    let n = bench.sizes.elems;
+    let (x, y) = (randn(n)?, randn(n)?);
+    let unary: [(&str, UnaryFn); 4] =
+        [("relu", Tensor::relu), ("exp", Tensor::exp), ("tanh", Tensor::tanh), ("gelu", Tensor::gelu)];
+    for (name, op) in unary {
+        let bytes = 2.0 * 4.0 * n as f64;
+        bench.measure(&format!("unary_{name}_16M"), Score::Bytes(bytes), || op(&x).map(drop))?;
+    }
+    let binary: [(&str, BinaryFn); 2] = [("add", Tensor::add), ("mul", Tensor::mul)];
+    for (name, op) in binary {
+        let bytes = 3.0 * 4.0 * n as f64;
+        bench.measure(&format!("binary_{name}_16M"), Score::Bytes(bytes), || op(&x, &y).map(drop))?;
+    }
+    Ok(())
+}
+
+fn bench_reductions(bench: &mut Bench) -> CliResult<()> {
+    let (rows, cols) = (bench.sizes.softmax_rows, bench.sizes.softmax_cols);
+    let x = randn((rows, cols))?;
+    let bytes = 2.0 * 4.0 * (rows * cols) as f64;
+    bench.measure("softmax_16M", Score::Bytes(bytes), || x.softmax(-1).map(drop))?;
+    let n = bench.sizes.elems;
+    let flat = randn(n)?;
+    bench.measure("sum_16M", Score::Bytes(4.0 * n as f64), || flat.sum_all().map(drop))
+}
+
+/// 784-512-256-10 with ReLU between layers, weights tracked for gradients.
+struct Mlp {
+    layers: Vec<(Tensor, Tensor)>,
+}
+
+impl Mlp {
+    fn new(widths: &[usize]) -> rnn::Result<Mlp> {
+        let layers = widths
+            .windows(2)
+            .map(|w| {
+                let std = 1.0 / (w[0] as f64).sqrt();
+                let weight = Tensor::randn(0.0, std, (w[0], w[1]), DType::F32, Device::Cpu)?.requires_grad();
+                let bias = Tensor::zeros(w[1], DType::F32, Device::Cpu)?.requires_grad();
+                Ok((weight, bias))
+            })
+            .collect::<rnn::Result<_>>()?;
+        Ok(Mlp { layers })
+    }
+
+    fn forward(&self, x: &Tensor) -> rnn::Result<Tensor> {
+        let mut h = x.clone();
+        for (i, (w, b)) in self.layers.iter().enumerate() {
+            h = h.matmul(w)?.add(b)?;
+            if i + 1 < self.layers.len() {
+                h = h.relu()?;
+            }
+        }
+        Ok(h)
+    }
+
+    /// Forward, cross entropy, backward; the gradients are dropped.
+    fn train_step(&self, x: &Tensor, targets: &Tensor) -> rnn::Result<()> {
+        let loss = rnn::nn::cross_entropy(&self.forward(x)?, targets)?;
+        loss.backward().map(drop)
+    }
+}
+
+/// `batch` class ids in `[0, classes)`, as u32.
+fn random_targets(batch: usize, classes: usize) -> rnn::Result<Tensor> {
+    let uniform = Tensor::rand(0.0, classes as f64, batch, DType::F32, Device::Cpu)?.to_vec::<f32>()?;
+    let ids: Vec<u32> = uniform.iter().map(|&v| (v as u32).min(classes as u32 - 1)).collect();
+    Tensor::from_vec(ids, batch, Device::Cpu)
+}
+
+fn bench_mlp(bench: &mut Bench) -> CliResult<()> {
+    let (batch, classes) = (128, 10);
+    let mlp = Mlp::new(&[784, 512, 256, classes])?;
+    let x = randn((batch, 784))?;
+    let targets = random_targets(batch, classes)?;
+    bench.measure("mlp_784_512_256_10_b128", Score::Millis, || mlp.train_step(&x, &targets))
+}

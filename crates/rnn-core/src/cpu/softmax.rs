@@ -1,0 +1,69 @@
+//! Fused softmax / log_softmax over the last dim: one read of the input and one write of
+//! the output per row, instead of the five passes of the composition of primitives.
+//! Its gradient is in `grad_fns.rs` (`Op::Softmax`).
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use super::simd::{fold_lanes, map_slice};
+use super::CpuStorage;
+use crate::num::Float;
+use crate::{Error, Layout, Result};
+
+/// Rows per parallel task: enough elements that a task is worth spawning.
+fn rows_per_task(row: usize) -> usize {
+    (super::parallel::PAR_THRESHOLD / row.max(1)).max(1)
+}
+
+fn softmax_row<F: Float>(x: &[F], out: &mut [F], log: bool) {
+    let max = fold_lanes(x, F::neg_infinity(), |a, b| if b > a { b } else { a });
+    // A row of -inf (fully masked) gives NaN, as in PyTorch.
+    map_slice(x, out, &|v: F| (v - max).vexp());
+    let sum = fold_lanes(out, F::c(0.0), |a, b| a + b);
+    if log {
+        // (v - max) - ln(sum), not v - (max + ln(sum)): for large v the latter rounds badly.
+        let log_sum = sum.ln();
+        map_slice(x, out, &|v: F| (v - max) - log_sum);
+    } else {
+        let inv = F::c(1.0) / sum;
+        out.iter_mut().for_each(|o| *o = *o * inv);
+    }
+}
+
+fn softmax_rows<F: Float>(x: &[F], row: usize, log: bool) -> Result<Vec<F>> {
+    let mut out = super::parallel::zeroed_vec(x.len())?;
+    if row == 0 {
+        return Ok(out);
+    }
+    let chunk = rows_per_task(row) * row;
+    out.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(|(o, xs)| {
+        for (orow, xrow) in o.chunks_mut(row).zip(xs.chunks(row)) {
+            softmax_row(xrow, orow, log);
+        }
+    });
+    Ok(out)
+}
+
+impl CpuStorage {
+    /// Softmax (or log-softmax) along the last dim of `l`; the result is contiguous.
+    pub fn softmax_last_dim(&self, l: &Layout, log: bool) -> Result<CpuStorage> {
+        let row = l.dims().last().copied().unwrap_or(1);
+        let x = self.copy_strided(l)?;
+        Ok(match &x {
+            CpuStorage::F32(v) => CpuStorage::F32(softmax_rows(v, row, log)?),
+            CpuStorage::F64(v) => CpuStorage::F64(softmax_rows(v, row, log)?),
+            CpuStorage::F16(v) => {
+                let wide: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
+                CpuStorage::F16(softmax_rows(&wide, row, log)?.into_iter().map(f16::from_f32).collect())
+            }
+            CpuStorage::BF16(v) => {
+                let wide: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
+                CpuStorage::BF16(softmax_rows(&wide, row, log)?.into_iter().map(bf16::from_f32).collect())
+            }
+            s => {
+                let hint = ": softmax needs a float dtype";
+                return Err(Error::UnsupportedDType { op: if log { "log_softmax" } else { "softmax" }, dtype: s.dtype(), hint });
+            }
+        })
+    }
+}

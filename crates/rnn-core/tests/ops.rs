@@ -24,16 +24,16 @@ fn randn(rng: &mut StdRng, dims: &[usize], dtype: DType, device: Device) -> Resu
 fn tol(dtype: DType) -> f64 {
     match dtype {
         DType::F64 => 1e-12,
-        DType::F32 => 2e-5,
-        DType::F16 => 2e-3,
-        DType::BF16 => 1.6e-2,
+        DType::F32 => 1e-6,
+        DType::F16 => 1e-3,
+        DType::BF16 => 8e-3,
         _ => 0.0,
     }
 }
 
 fn check_close(what: &str, got: &Tensor, dims: &[usize], want: &[f64], tol: f64) {
     assert_eq!(got.dims(), dims, "{what}: shape");
-    let err = max_rel_err_nan(&values(got), want);
+    let err = max_rel_err(&values(got), want);
     assert!(err <= tol, "{what}: max relative error {err:.3e} > {tol:.1e}\n got  {:?}\n want {want:?}", values(got));
 }
 
@@ -197,10 +197,10 @@ fn cat_stack(device: Device) -> Result<()> {
     let c = Tensor::cat(&[x.clone(), y.clone(), z.clone()], 1)?;
     let (xv, yv, zv) = (values(&x), values(&y), values(&z));
     let want: Vec<f64> = (0..2 * 6 * 4)
-        .map(|i| match unravel(i, &[2, 6, 4]).as_slice() {
-            &[a, b, c] if b < 3 => xv[ravel(&[a, b, c], &[2, 3, 4])],
-            &[a, b, c] if b < 5 => yv[ravel(&[a, b - 3, c], &[2, 2, 4])],
-            &[a, _, c] => zv[ravel(&[a, 0, c], &[2, 1, 4])],
+        .map(|i| match *unravel(i, &[2, 6, 4]).as_slice() {
+            [a, b, c] if b < 3 => xv[ravel(&[a, b, c], &[2, 3, 4])],
+            [a, b, c] if b < 5 => yv[ravel(&[a, b - 3, c], &[2, 2, 4])],
+            [a, _, c] => zv[ravel(&[a, 0, c], &[2, 1, 4])],
             _ => unreachable!(),
         })
         .collect();
@@ -564,8 +564,8 @@ fn softmax(device: Device) -> Result<()> {
             check_close("softmax", &sm, input.dims(), &softmax_ref(&xv, input.dims(), dim, false), 2.0 * tol(dtype));
             let lsm = input.log_softmax(dim)?;
             check_close("log_softmax", &lsm, input.dims(), &softmax_ref(&xv, input.dims(), dim, true), 2.0 * tol(dtype));
-            let ones = vec![1.0; sm.elem_count() / input.dims()[dim]];
-            check_close("softmax sums to 1", &sm.sum(dim)?, &sm.sum(dim)?.dims().to_vec(), &ones, 2.0 * tol(dtype));
+            let sums = sm.sum(dim)?;
+            check_close("softmax sums to 1", &sums, sums.dims(), &vec![1.0; sums.elem_count()], 2.0 * tol(dtype));
         }
     }
     // Large inputs must not overflow.

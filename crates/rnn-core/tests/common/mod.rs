@@ -49,10 +49,17 @@ pub fn wgpu_test_device() -> Device {
     }
 }
 
-/// Max |a - b| / (1 + |b|) over two equal-length slices.
+/// Max |a - b| / (1 + |b|) over two equal-length slices. A NaN where the other side has
+/// none (or unequal infinities) counts as an infinite error, not one `f64::max` skips.
 pub fn max_rel_err(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len(), "length mismatch");
-    a.iter().zip(b).map(|(x, y)| (x - y).abs() / (1.0 + y.abs())).fold(0.0, f64::max)
+    let err = |x: f64, y: f64| match (x.is_nan(), y.is_nan()) {
+        (true, true) => 0.0,
+        (false, false) if x == y => 0.0,
+        (false, false) => (x - y).abs() / (1.0 + y.abs()),
+        _ => f64::INFINITY,
+    };
+    a.iter().zip(b).map(|(&x, &y)| err(x, y)).map(|e| if e.is_nan() { f64::INFINITY } else { e }).fold(0.0, f64::max)
 }
 
 /// The tensor's elements as f64 (any dtype).
@@ -166,15 +173,3 @@ pub fn matmul_ref(a: &[f64], ad: &[usize], b: &[f64], bd: &[usize]) -> (Vec<usiz
     (batch.into_iter().chain([m, n]).collect(), out)
 }
 
-/// Like `max_rel_err`, but a NaN where the other side has none (or unequal infinities)
-/// counts as an infinite error instead of being skipped by `f64::max`.
-pub fn max_rel_err_nan(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len(), "length mismatch");
-    let err = |x: f64, y: f64| match (x.is_nan(), y.is_nan()) {
-        (true, true) => 0.0,
-        (false, false) if x == y => 0.0,
-        (false, false) => (x - y).abs() / (1.0 + y.abs()),
-        _ => f64::INFINITY,
-    };
-    a.iter().zip(b).map(|(&x, &y)| err(x, y)).map(|e| if e.is_nan() { f64::INFINITY } else { e }).fold(0.0, f64::max)
-}

@@ -36,6 +36,27 @@ pub fn zeroed_vec<T: bytemuck::Zeroable>(n: usize) -> crate::Result<Vec<T>> {
         if ptr.is_null() {
             return Err(oom());
         }
+        advise_huge_pages(ptr as *mut u8, layout.size());
         Ok(Vec::from_raw_parts(ptr, n, n))
     }
+}
+
+/// Asks the kernel to back the 2 MiB-aligned part of a large block with huge pages: a
+/// 64 MiB op output then takes 32 page faults instead of 16384 (the faults, not the
+/// arithmetic, were most of an elementwise op's time). Only a hint; failure is harmless.
+fn advise_huge_pages(ptr: *mut u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        if len < 4 * HUGE {
+            return;
+        }
+        let start = (ptr as usize).next_multiple_of(HUGE);
+        let end = (ptr as usize + len) / HUGE * HUGE;
+        // SAFETY: the range lies inside the block just allocated; MADV_HUGEPAGE changes
+        // only how pages are backed, never their contents.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (ptr, len);
 }

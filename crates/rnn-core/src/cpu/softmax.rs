@@ -6,6 +6,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::simd::{fold_lanes, map_slice};
+use super::unary::contiguous_slice;
 use super::CpuStorage;
 use crate::num::Float;
 use crate::{Error, Layout, Result};
@@ -48,16 +49,15 @@ impl CpuStorage {
     /// Softmax (or log-softmax) along the last dim of `l`; the result is contiguous.
     pub fn softmax_last_dim(&self, l: &Layout, log: bool) -> Result<CpuStorage> {
         let row = l.dims().last().copied().unwrap_or(1);
-        let x = self.copy_strided(l)?;
-        Ok(match &x {
-            CpuStorage::F32(v) => CpuStorage::F32(softmax_rows(v, row, log)?),
-            CpuStorage::F64(v) => CpuStorage::F64(softmax_rows(v, row, log)?),
+        Ok(match self {
+            CpuStorage::F32(v) => CpuStorage::F32(softmax_rows(&contiguous_slice(v, l)?, row, log)?),
+            CpuStorage::F64(v) => CpuStorage::F64(softmax_rows(&contiguous_slice(v, l)?, row, log)?),
             CpuStorage::F16(v) => {
-                let wide: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
+                let wide: Vec<f32> = contiguous_slice(v, l)?.iter().map(|x| x.to_f32()).collect();
                 CpuStorage::F16(softmax_rows(&wide, row, log)?.into_iter().map(f16::from_f32).collect())
             }
             CpuStorage::BF16(v) => {
-                let wide: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
+                let wide: Vec<f32> = contiguous_slice(v, l)?.iter().map(|x| x.to_f32()).collect();
                 CpuStorage::BF16(softmax_rows(&wide, row, log)?.into_iter().map(bf16::from_f32).collect())
             }
             s => {

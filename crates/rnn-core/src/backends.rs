@@ -21,26 +21,63 @@ macro_rules! unavailable_backend {
         }
 
         impl BackendStorage for $name {
-            fn dtype(&self) -> DType { match *self {} }
-            fn device(&self) -> Device { match *self {} }
-            fn to_cpu(&self) -> Result<CpuStorage> { match *self {} }
-            fn from_cpu(_: &CpuStorage, _: usize) -> Result<Self> { Err(Error::NotCompiledWith($feature)) }
-            fn full(_: f64, _: usize, _: DType, _: usize) -> Result<Self> { Err(Error::NotCompiledWith($feature)) }
-            fn unary(&self, _: &Layout, _: UnaryOp) -> Result<Self> { match *self {} }
-            fn binary(&self, _: &Layout, _: &Self, _: &Layout, _: BinaryOp) -> Result<Self> { match *self {} }
-            fn cmp(&self, _: &Layout, _: &Self, _: &Layout, _: CmpOp) -> Result<Self> { match *self {} }
-            fn where_cond(&self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout) -> Result<Self> { match *self {} }
-            fn reduce(&self, _: &Layout, _: ReduceOp, _: &[usize]) -> Result<Self> { match *self {} }
-            fn softmax_last_dim(&self, _: &Layout, _: bool) -> Result<Self> { match *self {} }
-            fn matmul(&self, _: &Layout, _: &Self, _: &Layout) -> Result<Self> { match *self {} }
-            fn to_dtype(&self, _: &Layout, _: DType) -> Result<Self> { match *self {} }
-            fn copy_strided(&self, _: &Layout) -> Result<Self> { match *self {} }
-            fn cat(parts: &[(&Self, &Layout)], _: usize) -> Result<Self> {
-                match parts.first() { Some((s, _)) => match **s {}, None => Err(Error::NotCompiledWith($feature)) }
+            fn dtype(&self) -> DType {
+                match *self {}
             }
-            fn index_select(&self, _: &Layout, _: &Self, _: &Layout, _: usize) -> Result<Self> { match *self {} }
-            fn gather(&self, _: &Layout, _: &Self, _: &Layout, _: usize) -> Result<Self> { match *self {} }
-            fn scatter_add(&self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout, _: usize) -> Result<Self> { match *self {} }
+            fn device(&self) -> Device {
+                match *self {}
+            }
+            fn to_cpu(&self) -> Result<CpuStorage> {
+                match *self {}
+            }
+            fn from_cpu(_: &CpuStorage, _: usize) -> Result<Self> {
+                Err(Error::NotCompiledWith($feature))
+            }
+            fn full(_: f64, _: usize, _: DType, _: usize) -> Result<Self> {
+                Err(Error::NotCompiledWith($feature))
+            }
+            fn unary(&self, _: &Layout, _: UnaryOp) -> Result<Self> {
+                match *self {}
+            }
+            fn binary(&self, _: &Layout, _: &Self, _: &Layout, _: BinaryOp) -> Result<Self> {
+                match *self {}
+            }
+            fn cmp(&self, _: &Layout, _: &Self, _: &Layout, _: CmpOp) -> Result<Self> {
+                match *self {}
+            }
+            fn where_cond(&self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout) -> Result<Self> {
+                match *self {}
+            }
+            fn reduce(&self, _: &Layout, _: ReduceOp, _: &[usize]) -> Result<Self> {
+                match *self {}
+            }
+            fn softmax_last_dim(&self, _: &Layout, _: bool) -> Result<Self> {
+                match *self {}
+            }
+            fn matmul(&self, _: &Layout, _: &Self, _: &Layout) -> Result<Self> {
+                match *self {}
+            }
+            fn to_dtype(&self, _: &Layout, _: DType) -> Result<Self> {
+                match *self {}
+            }
+            fn copy_strided(&self, _: &Layout) -> Result<Self> {
+                match *self {}
+            }
+            fn cat(parts: &[(&Self, &Layout)], _: usize) -> Result<Self> {
+                match parts.first() {
+                    Some((s, _)) => match **s {},
+                    None => Err(Error::NotCompiledWith($feature)),
+                }
+            }
+            fn index_select(&self, _: &Layout, _: &Self, _: &Layout, _: usize) -> Result<Self> {
+                match *self {}
+            }
+            fn gather(&self, _: &Layout, _: &Self, _: &Layout, _: usize) -> Result<Self> {
+                match *self {}
+            }
+            fn scatter_add(&self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout, _: usize) -> Result<Self> {
+                match *self {}
+            }
         }
     };
 }

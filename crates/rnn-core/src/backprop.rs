@@ -160,7 +160,9 @@ impl Tensor {
     /// Like `backward`, but adds into `grads`: several calls accumulate, as in PyTorch.
     pub fn backward_into(&self, grads: &mut GradStore) -> Result<()> {
         if !self.tracks_grad() {
-            return Err(Error::Backward { msg: "the tensor does not depend on any variable (call requires_grad on an input)".into() });
+            return Err(Error::Backward {
+                msg: "the tensor does not depend on any variable (call requires_grad on an input)".into(),
+            });
         }
         if !self.dtype().is_float() {
             return Err(Error::Backward { msg: format!("gradients need a float tensor, got {}", self.dtype()) });

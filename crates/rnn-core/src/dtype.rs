@@ -14,8 +14,7 @@ pub enum DType {
 }
 
 impl DType {
-    pub const ALL: [DType; 7] =
-        [DType::U8, DType::U32, DType::I64, DType::F16, DType::BF16, DType::F32, DType::F64];
+    pub const ALL: [DType; 7] = [DType::U8, DType::U32, DType::I64, DType::F16, DType::BF16, DType::F32, DType::F64];
 
     pub fn as_str(self) -> &'static str {
         match self {

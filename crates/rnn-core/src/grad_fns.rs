@@ -120,22 +120,29 @@ fn unary_grad(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor>
 
 fn unreachable_grad(op: &Op) -> Result<Vec<(&Tensor, Tensor)>> {
     let _ = op;
-    Err(crate::Error::Backward { msg: "internal: binary and matmul gradients are computed by their own functions".into() })
+    Err(crate::Error::Backward {
+        msg: "internal: binary and matmul gradients are computed by their own functions".into(),
+    })
 }
 
 /// d/da and d/db of each binary op, times `g`, for the inputs that track gradients;
 /// inputs already share the output's shape.
-fn binary_grad<'a>(op: BinaryOp, a: &'a Tensor, b: &'a Tensor, y: &Tensor, g: &Tensor) -> Result<Vec<(&'a Tensor, Tensor)>> {
+fn binary_grad<'a>(
+    op: BinaryOp,
+    a: &'a Tensor,
+    b: &'a Tensor,
+    y: &Tensor,
+    g: &Tensor,
+) -> Result<Vec<(&'a Tensor, Tensor)>> {
     let (need_a, need_b) = (a.tracks_grad(), b.tracks_grad());
     let (ga, gb) = match op {
         BinaryOp::Add => (need_a.then(|| Ok(g.clone())), need_b.then(|| Ok(g.clone()))),
         BinaryOp::Sub => (need_a.then(|| Ok(g.clone())), need_b.then(|| g.neg())),
         BinaryOp::Mul => (need_a.then(|| g.mul(b)), need_b.then(|| g.mul(a))),
         BinaryOp::Div => (need_a.then(|| g.div(b)), need_b.then(|| g.mul(a)?.div(&b.sqr()?)?.neg())),
-        BinaryOp::Pow => (
-            need_a.then(|| g.mul(b)?.mul(&a.pow(&b.add_scalar(-1.0)?)?)),
-            need_b.then(|| g.mul(y)?.mul(&a.log()?)),
-        ),
+        BinaryOp::Pow => {
+            (need_a.then(|| g.mul(b)?.mul(&a.pow(&b.add_scalar(-1.0)?)?)), need_b.then(|| g.mul(y)?.mul(&a.log()?)))
+        }
         BinaryOp::Maximum | BinaryOp::Minimum => {
             let pick_a = if op == BinaryOp::Maximum { a.ge(b)? } else { a.le(b)? };
             let zero = g.zeros_like()?;

@@ -52,8 +52,7 @@ impl Layout {
 
     /// The storage range `[start, end)` when the layout is contiguous.
     pub fn contiguous_offsets(&self) -> Option<(usize, usize)> {
-        self.is_contiguous()
-            .then(|| (self.start_offset, self.start_offset + self.shape.elem_count()))
+        self.is_contiguous().then(|| (self.start_offset, self.start_offset + self.shape.elem_count()))
     }
 
     /// One past the largest storage index this layout can touch (0 when empty).
@@ -113,11 +112,7 @@ impl Layout {
 
     /// View with a new shape: stretched dims (size 1 or missing on the left) get stride 0.
     pub fn broadcast_as(&self, shape: &Shape) -> Result<Self> {
-        let err = || Error::BroadcastIncompatible {
-            op: "broadcast_as",
-            lhs: self.shape.clone(),
-            rhs: shape.clone(),
-        };
+        let err = || Error::BroadcastIncompatible { op: "broadcast_as", lhs: self.shape.clone(), rhs: shape.clone() };
         let (src, dst) = (self.dims(), shape.dims());
         if dst.len() < src.len() {
             return Err(err());

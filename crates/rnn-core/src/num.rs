@@ -12,10 +12,18 @@ pub trait Elem: crate::WithDType {
     fn pow(self, b: Self) -> Self;
     /// The larger value; NaN if either is NaN (as `torch.maximum`).
     fn maximum(self, b: Self) -> Self {
-        if self.is_nan() || self >= b { self } else { b }
+        if self.is_nan() || self >= b {
+            self
+        } else {
+            b
+        }
     }
     fn minimum(self, b: Self) -> Self {
-        if self.is_nan() || self <= b { self } else { b }
+        if self.is_nan() || self <= b {
+            self
+        } else {
+            b
+        }
     }
 }
 
@@ -142,7 +150,11 @@ mod tests {
             .map(|i| lo + (hi - lo) * i as f32 / steps as f32)
             .map(|x| {
                 let (got, want) = (f(x) as f64, reference(x as f64));
-                if want == 0.0 || !want.is_finite() { (got - want).abs().min(1.0) } else { ((got - want) / want).abs() }
+                if want == 0.0 || !want.is_finite() {
+                    (got - want).abs().min(1.0)
+                } else {
+                    ((got - want) / want).abs()
+                }
             })
             .fold(0.0, f64::max)
     }

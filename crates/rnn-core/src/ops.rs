@@ -95,7 +95,8 @@ impl Tensor {
     pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
         let (t, f) = on_true.broadcast_pair(on_false, "where_cond")?;
         let shape = self.shape().broadcast_with(t.shape(), "where_cond")?;
-        let (c, t, f) = (self.broadcast_as(shape.clone())?, t.broadcast_as(shape.clone())?, f.broadcast_as(shape.clone())?);
+        let (c, t, f) =
+            (self.broadcast_as(shape.clone())?, t.broadcast_as(shape.clone())?, f.broadcast_as(shape.clone())?);
         let storage = c.storage().where_cond(c.layout(), &t.storage(), t.layout(), &f.storage(), f.layout())?;
         Ok(Tensor::from_parts(storage, Layout::contiguous(shape), Some(Op::WhereCond(c, t, f))))
     }
@@ -240,7 +241,10 @@ impl Tensor {
     /// Matrix product with PyTorch's rules: 1-D operands are promoted, batch dims broadcast.
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         if self.rank() == 0 || rhs.rank() == 0 {
-            return Err(Error::invalid("matmul", format!("needs at least 1-D operands, got {:?} and {:?}", self.shape(), rhs.shape())));
+            return Err(Error::invalid(
+                "matmul",
+                format!("needs at least 1-D operands, got {:?} and {:?}", self.shape(), rhs.shape()),
+            ));
         }
         if self.rank() == 1 {
             // The promoted dim of size 1 is last when `rhs` is 1-D too (the result is [1]).
@@ -285,7 +289,11 @@ impl Tensor {
         let d = dim.to_index(self.shape(), "gather")?;
         check_index_shape("gather", self, ids, d)?;
         let storage = self.storage().gather(self.layout(), &ids.storage(), ids.layout(), d)?;
-        Ok(Tensor::from_parts(storage, Layout::contiguous(ids.shape().clone()), Some(Op::Gather(self.clone(), ids.clone(), d))))
+        Ok(Tensor::from_parts(
+            storage,
+            Layout::contiguous(ids.shape().clone()),
+            Some(Op::Gather(self.clone(), ids.clone(), d)),
+        ))
     }
 
     /// A copy of `self` with `src[.., j, ..]` added at `self[.., ids[.., j, ..], ..]`.
@@ -304,18 +312,28 @@ impl Tensor {
     /// One-hot rows: `self` holds class ids; the result has one more dim of `num_classes`.
     pub fn one_hot(&self, num_classes: usize, dtype: DType) -> Result<Tensor> {
         if self.dtype().is_float() {
-            return Err(Error::UnsupportedDType { op: "one_hot", dtype: self.dtype(), hint: ": class ids must be an integer tensor" });
+            return Err(Error::UnsupportedDType {
+                op: "one_hot",
+                dtype: self.dtype(),
+                hint: ": class ids must be an integer tensor",
+            });
         }
         let mut out_dims = self.dims().to_vec();
         out_dims.push(num_classes);
         Shape::from(out_dims).checked_elem_count("one_hot")?;
-        let n = i64::try_from(num_classes).map_err(|_| Error::invalid("one_hot", format!("{num_classes} classes do not fit in an i64")))?;
+        let n = i64::try_from(num_classes)
+            .map_err(|_| Error::invalid("one_hot", format!("{num_classes} classes do not fit in an i64")))?;
         // Compared as i64: u8 ids cannot name the classes above 255 (they would wrap).
         let ids = self.to_dtype(DType::I64)?;
         if self.elem_count() > 0 {
             let (lo, hi) = (ids.min_all()?.to_scalar::<i64>()?, ids.max_all()?.to_scalar::<i64>()?);
             if let Some(bad) = [lo, hi].into_iter().find(|&i| i < 0 || i as usize >= num_classes) {
-                return Err(Error::IndexOutOfRange { op: "one_hot", index: bad, size: num_classes, shape: self.shape().clone() });
+                return Err(Error::IndexOutOfRange {
+                    op: "one_hot",
+                    index: bad,
+                    size: num_classes,
+                    shape: self.shape().clone(),
+                });
             }
         }
         let classes = Tensor::arange(0i64, n, self.device())?;

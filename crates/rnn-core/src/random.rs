@@ -19,7 +19,13 @@ pub fn manual_seed(seed: u64) {
     *global_rng().lock().unwrap_or_else(|e| e.into_inner()) = StdRng::seed_from_u64(seed);
 }
 
-fn sample(dist: impl Distribution<f64>, rng: &mut impl Rng, shape: Shape, dtype: DType, device: Device) -> Result<Tensor> {
+fn sample(
+    dist: impl Distribution<f64>,
+    rng: &mut impl Rng,
+    shape: Shape,
+    dtype: DType,
+    device: Device,
+) -> Result<Tensor> {
     if !dtype.is_float() {
         return Err(Error::UnsupportedDType { op: "rand", dtype, hint: ": random tensors are float" });
     }
@@ -40,7 +46,14 @@ impl Tensor {
         Self::randn_with(&mut *global_rng().lock().unwrap_or_else(|e| e.into_inner()), mean, std, shape, dtype, device)
     }
 
-    pub fn rand_with(rng: &mut impl Rng, lo: f64, hi: f64, shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
+    pub fn rand_with(
+        rng: &mut impl Rng,
+        lo: f64,
+        hi: f64,
+        shape: impl Into<Shape>,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
         if !(lo < hi) || !lo.is_finite() || !hi.is_finite() {
             return Err(Error::invalid("rand", format!("bad range [{lo}, {hi})")));
         }
@@ -48,12 +61,23 @@ impl Tensor {
         sample(dist, rng, shape.into(), dtype, device)
     }
 
-    pub fn randn_with(rng: &mut impl Rng, mean: f64, std: f64, shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
+    pub fn randn_with(
+        rng: &mut impl Rng,
+        mean: f64,
+        std: f64,
+        shape: impl Into<Shape>,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
         // rand_distr accepts a negative std (and any mean); PyTorch rejects them, and so do we.
         if !std.is_finite() || std < 0.0 || !mean.is_finite() {
-            return Err(Error::invalid("randn", format!("mean {mean}, std {std}: the std must be finite and >= 0, the mean finite")));
+            return Err(Error::invalid(
+                "randn",
+                format!("mean {mean}, std {std}: the std must be finite and >= 0, the mean finite"),
+            ));
         }
-        let dist = Normal::new(mean, std).map_err(|e| Error::invalid("randn", format!("mean {mean}, std {std}: {e}")))?;
+        let dist =
+            Normal::new(mean, std).map_err(|e| Error::invalid("randn", format!("mean {mean}, std {std}: {e}")))?;
         sample(dist, rng, shape.into(), dtype, device)
     }
 }

@@ -58,13 +58,7 @@ impl Shape {
                 (a, b) if a == b => a,
                 (1, b) => b,
                 (a, 1) => a,
-                _ => {
-                    return Err(Error::BroadcastIncompatible {
-                        op,
-                        lhs: self.clone(),
-                        rhs: rhs.clone(),
-                    })
-                }
+                _ => return Err(Error::BroadcastIncompatible { op, lhs: self.clone(), rhs: rhs.clone() }),
             };
         }
         Ok(Shape(dims))

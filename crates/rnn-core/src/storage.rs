@@ -211,11 +211,23 @@ impl Storage {
         Ok(dispatch2!("gather", self, ids, |a, i| a.gather(l, i, il, dim)))
     }
 
-    pub fn scatter_add(&self, l: &Layout, ids: &Storage, il: &Layout, src: &Storage, sl: &Layout, dim: usize) -> Result<Storage> {
+    pub fn scatter_add(
+        &self,
+        l: &Layout,
+        ids: &Storage,
+        il: &Layout,
+        src: &Storage,
+        sl: &Layout,
+        dim: usize,
+    ) -> Result<Storage> {
         Ok(match (self, ids, src) {
             (Storage::Cpu(a), Storage::Cpu(i), Storage::Cpu(s)) => Storage::Cpu(a.scatter_add(l, i, il, s, sl, dim)?),
-            (Storage::Cuda(a), Storage::Cuda(i), Storage::Cuda(s)) => Storage::Cuda(a.scatter_add(l, i, il, s, sl, dim)?),
-            (Storage::Wgpu(a), Storage::Wgpu(i), Storage::Wgpu(s)) => Storage::Wgpu(a.scatter_add(l, i, il, s, sl, dim)?),
+            (Storage::Cuda(a), Storage::Cuda(i), Storage::Cuda(s)) => {
+                Storage::Cuda(a.scatter_add(l, i, il, s, sl, dim)?)
+            }
+            (Storage::Wgpu(a), Storage::Wgpu(i), Storage::Wgpu(s)) => {
+                Storage::Wgpu(a.scatter_add(l, i, il, s, sl, dim)?)
+            }
             (a, i, s) => {
                 let other = if a.device() != i.device() { i } else { s };
                 return Err(Error::DeviceMismatch { op: "scatter_add", lhs: a.device(), rhs: other.device() });

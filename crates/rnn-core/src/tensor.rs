@@ -128,8 +128,8 @@ impl Tensor {
             return Err(Error::DeviceMismatch { op: "assign", lhs: self.device(), rhs: src.device() });
         }
         let n = self.elem_count();
-        let whole = self.layout().contiguous_offsets() == Some((0, n))
-            && self.storage().cpu_len().is_none_or(|len| len == n);
+        let whole =
+            self.layout().contiguous_offsets() == Some((0, n)) && self.storage().cpu_len().is_none_or(|len| len == n);
         if !whole {
             return Err(Error::invalid("assign", "the destination must be a whole contiguous tensor, not a view"));
         }
@@ -144,12 +144,7 @@ impl Tensor {
         let shape = shape.into();
         let expected = shape.checked_elem_count("from_vec")?;
         if data.len() != expected {
-            return Err(Error::ElementCountMismatch {
-                op: "from_vec",
-                expected,
-                got: data.len(),
-                shape,
-            });
+            return Err(Error::ElementCountMismatch { op: "from_vec", expected, got: data.len(), shape });
         }
         let storage = Storage::from_cpu(T::into_storage(data), device)?;
         Ok(Self::from_parts(storage, Layout::contiguous(shape), None))
@@ -238,7 +233,10 @@ impl Tensor {
     /// The value of a one-element tensor (any rank).
     pub fn to_scalar<T: WithDType>(&self) -> Result<T> {
         if self.elem_count() != 1 {
-            return Err(Error::invalid("to_scalar", format!("tensor of shape {:?} has {} elements, not 1", self.shape(), self.elem_count())));
+            return Err(Error::invalid(
+                "to_scalar",
+                format!("tensor of shape {:?} has {} elements, not 1", self.shape(), self.elem_count()),
+            ));
         }
         Ok(self.to_vec::<T>()?[0])
     }

@@ -2,8 +2,8 @@
 //! unsqueeze, broadcast) copy nothing: they make a new layout over the same storage.
 
 use crate::backprop::Op;
-use crate::{Device, Dim, DType, Error, Layout, Result, Shape, Tensor};
 use crate::storage::Storage;
+use crate::{DType, Device, Dim, Error, Layout, Result, Shape, Tensor};
 
 impl Tensor {
     /// The same elements in a new shape; copies first only when the layout is not contiguous.
@@ -11,12 +11,7 @@ impl Tensor {
         let shape = shape.into();
         let expected = shape.checked_elem_count("reshape")?;
         if expected != self.elem_count() {
-            return Err(Error::ElementCountMismatch {
-                op: "reshape",
-                expected,
-                got: self.elem_count(),
-                shape,
-            });
+            return Err(Error::ElementCountMismatch { op: "reshape", expected, got: self.elem_count(), shape });
         }
         if &shape == self.shape() {
             return Ok(self.clone());
@@ -81,7 +76,10 @@ impl Tensor {
     pub fn squeeze(&self, dim: impl Dim) -> Result<Tensor> {
         let d = dim.to_index(self.shape(), "squeeze")?;
         if self.dims()[d] != 1 {
-            return Err(Error::invalid("squeeze", format!("dim {d} of shape {:?} has size {}, not 1", self.shape(), self.dims()[d])));
+            return Err(Error::invalid(
+                "squeeze",
+                format!("dim {d} of shape {:?} has size {}, not 1", self.shape(), self.dims()[d]),
+            ));
         }
         let mut dims = self.dims().to_vec();
         dims.remove(d);

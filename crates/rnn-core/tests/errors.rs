@@ -64,14 +64,22 @@ fn shape_mismatch() {
         ["matmul", "[2, 3]", "[4, 5]"]);
     // Batched: the inner dims agree, but [1, 3] x [2, 2] is still k=3 vs k=2.
     let (a, b) = (f32s(&[5, 1, 3]), f32s(&[5, 2, 2]));
-    check!(fails(&[&a, &b], || a.matmul(&b)), Error::ShapeMismatch { op: "matmul", .. }, ["matmul", "[5, 1, 3]", "[5, 2, 2]"]);
+    check!(
+        fails(&[&a, &b], || a.matmul(&b)),
+        Error::ShapeMismatch { op: "matmul", .. },
+        ["matmul", "[5, 1, 3]", "[5, 2, 2]"]
+    );
 
     let (a, b) = (f32s(&[2, 3]), f32s(&[2, 4]));
     check!(fails(&[&a, &b], || Tensor::cat(&[a.clone(), b.clone()], 0)),
         Error::ShapeMismatch { op: "cat", lhs, rhs } if lhs.dims() == [2, 3] && rhs.dims() == [2, 4],
         ["cat", "[2, 3]", "[2, 4]"]);
     let c = f32s(&[3]);
-    check!(fails(&[&a, &c], || Tensor::cat(&[a.clone(), c.clone()], 0)), Error::ShapeMismatch { op: "cat", .. }, ["cat", "[2, 3]", "[3]"]);
+    check!(
+        fails(&[&a, &c], || Tensor::cat(&[a.clone(), c.clone()], 0)),
+        Error::ShapeMismatch { op: "cat", .. },
+        ["cat", "[2, 3]", "[3]"]
+    );
 
     let b = f32s(&[3, 2]);
     check!(fails(&[&a, &b], || Tensor::stack(&[a.clone(), b.clone()], 0)),
@@ -85,10 +93,22 @@ fn shape_mismatch() {
         Error::ShapeMismatch { op: "scatter_add", lhs, rhs } if lhs.dims() == [2, 2] && rhs.dims() == [2, 1],
         ["scatter_add", "[2, 2]", "[2, 1]"]);
     let (i, src) = (Tensor::zeros((2, 3), DType::I64, CPU).unwrap(), f32s(&[2, 3]));
-    check!(fails(&[&x, &i, &src], || x.scatter_add(&i, &src, 0)), Error::ShapeMismatch { op: "scatter_add", .. }, ["scatter_add", "[3, 2]", "[2, 3]"]);
-    check!(fails(&[&x, &i], || x.gather(&i, 0)), Error::ShapeMismatch { op: "gather", .. }, ["gather", "[3, 2]", "[2, 3]"]);
+    check!(
+        fails(&[&x, &i, &src], || x.scatter_add(&i, &src, 0)),
+        Error::ShapeMismatch { op: "scatter_add", .. },
+        ["scatter_add", "[3, 2]", "[2, 3]"]
+    );
+    check!(
+        fails(&[&x, &i], || x.gather(&i, 0)),
+        Error::ShapeMismatch { op: "gather", .. },
+        ["gather", "[3, 2]", "[2, 3]"]
+    );
     let i1 = Tensor::zeros(2, DType::I64, CPU).unwrap();
-    check!(fails(&[&x, &i1], || x.gather(&i1, 0)), Error::ShapeMismatch { op: "gather", .. }, ["gather", "[3, 2]", "[2]"]);
+    check!(
+        fails(&[&x, &i1], || x.gather(&i1, 0)),
+        Error::ShapeMismatch { op: "gather", .. },
+        ["gather", "[3, 2]", "[2]"]
+    );
 }
 
 #[test]
@@ -99,28 +119,76 @@ fn broadcast_incompatible() {
         ["add", "[2, 3]", "[4]"]);
     check!(fails(&[&a, &b], || a.lt(&b)), Error::BroadcastIncompatible { op: "lt", .. }, ["lt", "[2, 3]", "[4]"]);
     let cond = Tensor::ones((2, 3), DType::U8, CPU).unwrap();
-    check!(fails(&[&cond, &a, &b], || cond.where_cond(&a, &b)), Error::BroadcastIncompatible { op: "where_cond", .. }, ["where_cond", "[2, 3]", "[4]"]);
+    check!(
+        fails(&[&cond, &a, &b], || cond.where_cond(&a, &b)),
+        Error::BroadcastIncompatible { op: "where_cond", .. },
+        ["where_cond", "[2, 3]", "[4]"]
+    );
     let cond = Tensor::ones(5, DType::U8, CPU).unwrap();
-    check!(fails(&[&cond, &a], || cond.where_cond(&a, &a)), Error::BroadcastIncompatible { op: "where_cond", .. }, ["where_cond", "[5]", "[2, 3]"]);
-    check!(fails(&[&a], || a.broadcast_as((3, 3))), Error::BroadcastIncompatible { op: "broadcast_as", .. }, ["broadcast_as", "[2, 3]", "[3, 3]"]);
-    check!(fails(&[&a], || a.broadcast_as(3)), Error::BroadcastIncompatible { op: "broadcast_as", .. }, ["broadcast_as", "[2, 3]", "[3]"]);
+    check!(
+        fails(&[&cond, &a], || cond.where_cond(&a, &a)),
+        Error::BroadcastIncompatible { op: "where_cond", .. },
+        ["where_cond", "[5]", "[2, 3]"]
+    );
+    check!(
+        fails(&[&a], || a.broadcast_as((3, 3))),
+        Error::BroadcastIncompatible { op: "broadcast_as", .. },
+        ["broadcast_as", "[2, 3]", "[3, 3]"]
+    );
+    check!(
+        fails(&[&a], || a.broadcast_as(3)),
+        Error::BroadcastIncompatible { op: "broadcast_as", .. },
+        ["broadcast_as", "[2, 3]", "[3]"]
+    );
     // Batch dims of matmul broadcast like elementwise ops.
     let (a, b) = (f32s(&[2, 2, 3]), f32s(&[3, 3, 2]));
-    check!(fails(&[&a, &b], || a.matmul(&b)), Error::BroadcastIncompatible { op: "matmul", .. }, ["matmul", "[2]", "[3]"]);
+    check!(
+        fails(&[&a, &b], || a.matmul(&b)),
+        Error::BroadcastIncompatible { op: "matmul", .. },
+        ["matmul", "[2]", "[3]"]
+    );
 }
 
 #[test]
 fn dtype_mismatch() {
     let (a, b) = (iota(&[2, 2], DType::F32), iota(&[2, 2], DType::F64));
-    check!(fails(&[&a, &b], || a.add(&b)), Error::DTypeMismatch { op: "add", lhs: DType::F32, rhs: DType::F64 }, ["add", "F32", "F64"]);
-    check!(fails(&[&a, &b], || a.matmul(&b)), Error::DTypeMismatch { op: "matmul", lhs: DType::F32, rhs: DType::F64 }, ["matmul"]);
-    check!(fails(&[&a, &b], || Tensor::cat(&[a.clone(), b.clone()], 0)), Error::DTypeMismatch { op: "cat", .. }, ["cat", "F32", "F64"]);
-    check!(fails(&[&a, &b], || Tensor::stack(&[a.clone(), b.clone()], 0)), Error::DTypeMismatch { op: "cat", .. }, ["F32", "F64"]);
+    check!(
+        fails(&[&a, &b], || a.add(&b)),
+        Error::DTypeMismatch { op: "add", lhs: DType::F32, rhs: DType::F64 },
+        ["add", "F32", "F64"]
+    );
+    check!(
+        fails(&[&a, &b], || a.matmul(&b)),
+        Error::DTypeMismatch { op: "matmul", lhs: DType::F32, rhs: DType::F64 },
+        ["matmul"]
+    );
+    check!(
+        fails(&[&a, &b], || Tensor::cat(&[a.clone(), b.clone()], 0)),
+        Error::DTypeMismatch { op: "cat", .. },
+        ["cat", "F32", "F64"]
+    );
+    check!(
+        fails(&[&a, &b], || Tensor::stack(&[a.clone(), b.clone()], 0)),
+        Error::DTypeMismatch { op: "cat", .. },
+        ["F32", "F64"]
+    );
     let cond = Tensor::ones((2, 2), DType::U8, CPU).unwrap();
-    check!(fails(&[&cond, &a, &b], || cond.where_cond(&a, &b)), Error::DTypeMismatch { op: "where_cond", .. }, ["where_cond", "F32", "F64"]);
-    check!(fails(&[&a], || a.to_vec::<f64>()), Error::DTypeMismatch { op: "to_vec", lhs: DType::F32, rhs: DType::F64 }, ["to_vec"]);
+    check!(
+        fails(&[&cond, &a, &b], || cond.where_cond(&a, &b)),
+        Error::DTypeMismatch { op: "where_cond", .. },
+        ["where_cond", "F32", "F64"]
+    );
+    check!(
+        fails(&[&a], || a.to_vec::<f64>()),
+        Error::DTypeMismatch { op: "to_vec", lhs: DType::F32, rhs: DType::F64 },
+        ["to_vec"]
+    );
     let (i, src) = (Tensor::zeros((2, 2), DType::I64, CPU).unwrap(), iota(&[2, 2], DType::F64));
-    check!(fails(&[&a, &i, &src], || a.scatter_add(&i, &src, 0)), Error::DTypeMismatch { op: "scatter_add", .. }, ["scatter_add"]);
+    check!(
+        fails(&[&a, &i, &src], || a.scatter_add(&i, &src, 0)),
+        Error::DTypeMismatch { op: "scatter_add", .. },
+        ["scatter_add"]
+    );
     check!(fails(&[&a, &b], || a.assign(&b)), Error::DTypeMismatch { op: "assign", .. }, ["assign"]);
 }
 
@@ -133,7 +201,11 @@ fn unsupported_dtype() {
         let y = iota(&[3, 2], dtype);
         check!(fails(&[&x, &y], || x.matmul(&y)), Error::UnsupportedDType { op: "matmul", dtype: d, .. } if *d == dtype, ["matmul"]);
         check!(fails(&[&x], || x.softmax(1)), Error::UnsupportedDType { .. }, []);
-        check!(fails(&[], || Tensor::rand(0.0, 1.0, 3, dtype, CPU)), Error::UnsupportedDType { op: "rand", .. }, ["rand"]);
+        check!(
+            fails(&[], || Tensor::rand(0.0, 1.0, 3, dtype, CPU)),
+            Error::UnsupportedDType { op: "rand", .. },
+            ["rand"]
+        );
     }
     let x = f32s(&[3, 2]);
     for float in [DType::F16, DType::BF16, DType::F32, DType::F64] {
@@ -141,9 +213,17 @@ fn unsupported_dtype() {
         check!(fails(&[&x, &fids], || x.index_select(&fids, 0)), Error::UnsupportedDType { op: "index_select", dtype: d, .. } if *d == float, ["index_select"]);
         let fids = iota(&[3, 2], float).mul_scalar(0.0).unwrap();
         check!(fails(&[&x, &fids], || x.gather(&fids, 0)), Error::UnsupportedDType { op: "gather", .. }, ["gather"]);
-        check!(fails(&[&x, &fids], || x.scatter_add(&fids, &x, 0)), Error::UnsupportedDType { op: "scatter_add", .. }, ["scatter_add"]);
+        check!(
+            fails(&[&x, &fids], || x.scatter_add(&fids, &x, 0)),
+            Error::UnsupportedDType { op: "scatter_add", .. },
+            ["scatter_add"]
+        );
         check!(fails(&[&fids], || fids.one_hot(3, DType::F32)), Error::UnsupportedDType { op: "one_hot", dtype: d, .. } if *d == float, ["one_hot"]);
-        check!(fails(&[&fids, &x], || fids.where_cond(&x, &x)), Error::UnsupportedDType { op: "where_cond", .. }, ["where_cond"]);
+        check!(
+            fails(&[&fids, &x], || fids.where_cond(&x, &x)),
+            Error::UnsupportedDType { op: "where_cond", .. },
+            ["where_cond"]
+        );
     }
 }
 
@@ -204,7 +284,10 @@ fn devices() {
 fn dim_out_of_range() {
     let x = f32s(&[2, 3]);
     let dim_err = |e: Error, op: &str, dim: i64| {
-        assert!(matches!(&e, Error::DimOutOfRange { op: o, dim: d, shape } if *o == op && *d == dim && shape.dims() == [2, 3]), "{e:?}");
+        assert!(
+            matches!(&e, Error::DimOutOfRange { op: o, dim: d, shape } if *o == op && *d == dim && shape.dims() == [2, 3]),
+            "{e:?}"
+        );
         says(&e, &[op, &dim.to_string(), "[2, 3]"]);
     };
     dim_err(fails(&[&x], || x.sum(5)), "sum", 5);
@@ -230,7 +313,11 @@ fn dim_out_of_range() {
     // Rank 0 has no dims at all.
     let s = Tensor::scalar(1f32, CPU).unwrap();
     check!(fails(&[&s], || s.sum(0)), Error::DimOutOfRange { op: "sum", dim: 0, .. }, ["sum", "[]"]);
-    check!(fails(&[&s], || s.transpose(0, 0)), Error::DimOutOfRange { op: "transpose", dim: 0, .. }, ["transpose", "[]"]);
+    check!(
+        fails(&[&s], || s.transpose(0, 0)),
+        Error::DimOutOfRange { op: "transpose", dim: 0, .. },
+        ["transpose", "[]"]
+    );
 }
 
 #[test]
@@ -247,7 +334,10 @@ fn duplicate_dim() {
 fn index_out_of_range() {
     let x = f32s(&[3, 2]);
     let idx_err = |e: Error, op: &str, index: i64, size: usize| {
-        assert!(matches!(&e, Error::IndexOutOfRange { op: o, index: i, size: s, .. } if *o == op && *i == index && *s == size), "{e:?}");
+        assert!(
+            matches!(&e, Error::IndexOutOfRange { op: o, index: i, size: s, .. } if *o == op && *i == index && *s == size),
+            "{e:?}"
+        );
         says(&e, &[op, &index.to_string(), &size.to_string()]);
     };
     let i = ids(&[0, 3]);
@@ -289,7 +379,11 @@ fn narrow_out_of_range() {
     // The public layout functions check their dims too.
     let l = Layout::contiguous((3, 4));
     check!(l.narrow(2, 0, 1).unwrap_err(), Error::DimOutOfRange { op: "narrow", dim: 2, .. }, ["narrow", "[3, 4]"]);
-    check!(l.transpose(0, 5).unwrap_err(), Error::DimOutOfRange { op: "transpose", dim: 5, .. }, ["transpose", "[3, 4]"]);
+    check!(
+        l.transpose(0, 5).unwrap_err(),
+        Error::DimOutOfRange { op: "transpose", dim: 5, .. },
+        ["transpose", "[3, 4]"]
+    );
 }
 
 #[test]
@@ -323,10 +417,22 @@ fn element_count_mismatch() {
     let e = fails(&[], || Tensor::from_vec(vec![1f32; 5], (2, 3), CPU));
     check!(e, Error::ElementCountMismatch { op: "from_vec", expected: 6, got: 5, shape } if shape.dims() == [2, 3], ["from_vec", "5", "6", "[2, 3]"]);
     let x = f32s(&[2, 3]);
-    check!(fails(&[&x], || x.reshape(4)), Error::ElementCountMismatch { op: "reshape", expected: 4, got: 6, .. }, ["reshape", "[4]", "6"]);
-    check!(fails(&[&x], || x.reshape(())), Error::ElementCountMismatch { op: "reshape", expected: 1, got: 6, .. }, ["reshape", "[]"]);
+    check!(
+        fails(&[&x], || x.reshape(4)),
+        Error::ElementCountMismatch { op: "reshape", expected: 4, got: 6, .. },
+        ["reshape", "[4]", "6"]
+    );
+    check!(
+        fails(&[&x], || x.reshape(())),
+        Error::ElementCountMismatch { op: "reshape", expected: 1, got: 6, .. },
+        ["reshape", "[]"]
+    );
     let t = x.t().unwrap(); // a non-contiguous input
-    check!(fails(&[&t], || t.reshape((4, 2))), Error::ElementCountMismatch { op: "reshape", .. }, ["reshape", "[4, 2]"]);
+    check!(
+        fails(&[&t], || t.reshape((4, 2))),
+        Error::ElementCountMismatch { op: "reshape", .. },
+        ["reshape", "[4, 2]"]
+    );
 }
 
 #[test]
@@ -353,10 +459,18 @@ fn huge_sizes_are_errors() {
 fn rank_mismatch() {
     let x = f32s(&[4]);
     check!(fails(&[&x], || x.to_vec2::<f32>()), Error::RankMismatch { op: "to_vec2", expected: 2, got: 1, shape } if shape.dims() == [4], ["to_vec2", "[4]"]);
-    check!(fails(&[&x], || x.to_vec3::<f32>()), Error::RankMismatch { op: "to_vec3", expected: 3, got: 1, .. }, ["to_vec3"]);
+    check!(
+        fails(&[&x], || x.to_vec3::<f32>()),
+        Error::RankMismatch { op: "to_vec3", expected: 3, got: 1, .. },
+        ["to_vec3"]
+    );
     check!(fails(&[&x], || x.t()), Error::RankMismatch { op: "t", expected: 2, got: 1, .. }, ["t", "[4]"]);
     let m = f32s(&[2, 2]);
-    check!(fails(&[&m], || m.to_vec1::<f32>()), Error::RankMismatch { op: "to_vec1", expected: 1, got: 2, .. }, ["to_vec1", "[2, 2]"]);
+    check!(
+        fails(&[&m], || m.to_vec1::<f32>()),
+        Error::RankMismatch { op: "to_vec1", expected: 1, got: 2, .. },
+        ["to_vec1", "[2, 2]"]
+    );
     let i2 = Tensor::zeros((1, 2), DType::I64, CPU).unwrap();
     check!(fails(&[&m, &i2], || m.index_select(&i2, 0)),
         Error::RankMismatch { op: "index_select", expected: 1, got: 2, shape } if shape.dims() == [1, 2], ["index_select", "[1, 2]"]);

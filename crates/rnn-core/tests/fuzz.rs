@@ -67,7 +67,8 @@ fn build(s: &Spec) -> Tensor {
             make(&bigger).narrow(0, 1, s.shape[0]).expect("narrowed input")
         }
         3 if r >= 1 => {
-            let small: Vec<usize> = s.shape[1..].iter().enumerate().map(|(i, &d)| if i % 2 == 1 { 1 } else { d }).collect();
+            let small: Vec<usize> =
+                s.shape[1..].iter().enumerate().map(|(i, &d)| if i % 2 == 1 { 1 } else { d }).collect();
             make(&small).broadcast_as(s.shape.clone()).expect("broadcast input")
         }
         _ => make(&s.shape),
@@ -135,7 +136,13 @@ fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let mut out = vec![0; r];
     for k in 0..r {
         let (x, y) = (at(a, k), at(b, k));
-        out[r - 1 - k] = if x == y || y == 1 { x } else if x == 1 { y } else { return None };
+        out[r - 1 - k] = if x == y || y == 1 {
+            x
+        } else if x == 1 {
+            y
+        } else {
+            return None;
+        };
     }
     Some(out)
 }
@@ -417,7 +424,17 @@ struct ViewArgs {
 
 fn view_args() -> impl Strategy<Value = ViewArgs> {
     (dim(), dim(), 0usize..6, 0usize..6, shape(), prop::collection::vec(any::<u8>(), 8), 0u8..4, any::<bool>(), dtype())
-        .prop_map(|(d0, d1, start, len, shape, keys, perm_mode, bcast_mode, to)| ViewArgs { d0, d1, start, len, shape, keys, perm_mode, bcast_mode, to })
+        .prop_map(|(d0, d1, start, len, shape, keys, perm_mode, bcast_mode, to)| ViewArgs {
+            d0,
+            d1,
+            start,
+            len,
+            shape,
+            keys,
+            perm_mode,
+            bcast_mode,
+            to,
+        })
 }
 
 /// Applies movement op `op` to `x`; returns the result and the shape it must have when valid.
@@ -426,7 +443,9 @@ fn movement(x: &Tensor, op: usize, a: &ViewArgs) -> (Result<Tensor>, Option<Vec<
     let r = dims.len();
     let (i0, i1) = (resolve(a.d0, r), resolve(a.d1, r));
     match op {
-        0 => (x.reshape(a.shape.clone()), (a.shape.iter().product::<usize>() == x.elem_count()).then(|| a.shape.clone())),
+        0 => {
+            (x.reshape(a.shape.clone()), (a.shape.iter().product::<usize>() == x.elem_count()).then(|| a.shape.clone()))
+        }
         1 => {
             let mut reversed = dims.clone();
             reversed.reverse();
@@ -465,7 +484,9 @@ fn movement(x: &Tensor, op: usize, a: &ViewArgs) -> (Result<Tensor>, Option<Vec<
             // A random target, or one made from x by stretching its 1s and adding leading dims.
             let target: Vec<usize> = if a.bcast_mode {
                 let extra = a.shape.iter().take(2).copied();
-                extra.chain(dims.iter().zip(a.shape.iter().cycle()).map(|(&d, &n)| if d == 1 { n } else { d })).collect()
+                extra
+                    .chain(dims.iter().zip(a.shape.iter().cycle()).map(|(&d, &n)| if d == 1 { n } else { d }))
+                    .collect()
             } else {
                 a.shape.clone()
             };

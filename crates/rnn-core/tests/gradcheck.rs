@@ -180,7 +180,13 @@ fn gradcheck_every_op() {
         }
     }
     println!("gradcheck: {} cases, {} failed", cases.len(), failures.len());
-    assert!(failures.is_empty(), "{} of {} gradient checks failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} gradient checks failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 // ---------------------------------------------------------------- the table
@@ -198,7 +204,8 @@ fn unary_cases() -> Vec<Case> {
     let mut cases = Vec::new();
     for &op in UnaryOp::ALL {
         let d = unary_domain(op);
-        let views = [("plain", inp(&[2, 3, 4])), ("transposed", inp(&[3, 4]).t()), ("narrowed", inp(&[3, 4]).narrowed())];
+        let views =
+            [("plain", inp(&[2, 3, 4])), ("transposed", inp(&[3, 4]).t()), ("narrowed", inp(&[3, 4]).narrowed())];
         for (view, input) in views {
             let mut c = case(format!("{} ({view})", op.name()), vec![input.domain(d)], move |x| x[0].unary(op));
             c.zero_grad = op == UnaryOp::Step;
@@ -235,7 +242,8 @@ fn binary_cases() -> Vec<Case> {
         }
         let scalar = if op == BinaryOp::Div { 0.7 } else { 0.3 };
         let ins = vec![inp(&[3, 4]).domain(da)];
-        cases.push(case(format!("{} (scalar rhs)", op.name()), ins, move |x| x[0].binary(&x[0].full_like(scalar)?, op)));
+        cases
+            .push(case(format!("{} (scalar rhs)", op.name()), ins, move |x| x[0].binary(&x[0].full_like(scalar)?, op)));
     }
     cases
 }
@@ -254,7 +262,9 @@ fn select_cases() -> Vec<Case> {
         case("clamp", vec![inp(&[3, 4])], |x| x[0].clamp(-0.5, 0.6)),
         case("clamp (transposed)", vec![inp(&[4, 3]).t()], |x| x[0].clamp(-0.7, 0.2)),
         case("masked_fill", vec![inp(&[3, 4])], move |x| x[0].masked_fill(&mask()?, -3.0)),
-        case("masked_fill (broadcast mask)", vec![inp(&[2, 3, 4]).narrowed()], move |x| x[0].masked_fill(&row_mask()?, 5.0)),
+        case("masked_fill (broadcast mask)", vec![inp(&[2, 3, 4]).narrowed()], move |x| {
+            x[0].masked_fill(&row_mask()?, 5.0)
+        }),
     ]
 }
 
@@ -350,7 +360,9 @@ fn index_cases() -> Vec<Case> {
     vec![
         case("index_select(0) with repeats", vec![inp(&[4, 3])], move |x| x[0].index_select(&ids(&[2, 0, 2])?, 0)),
         case("index_select(1) transposed", vec![inp(&[4, 3]).t()], move |x| x[0].index_select(&ids(&[2, 0, 2, 1])?, 1)),
-        case("index_select(-1) 3-D", vec![inp(&[2, 3, 4]).narrowed()], move |x| x[0].index_select(&ids(&[1, 1, 0])?, -1)),
+        case("index_select(-1) 3-D", vec![inp(&[2, 3, 4]).narrowed()], move |x| {
+            x[0].index_select(&ids(&[1, 1, 0])?, -1)
+        }),
         case("gather(1)", vec![inp(&[3, 4])], move |x| x[0].gather(&gather_ids()?, 1)),
         case("gather(0) transposed, strided ids", vec![inp(&[4, 2]).t()], move |x| {
             x[0].gather(&Tensor::from_vec(vec![3u32, 0, 0, 1, 2, 3], (2, 3), CPU)?.t()?, 0)

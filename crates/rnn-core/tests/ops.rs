@@ -90,9 +90,11 @@ test_device!(random_distributions_test, random_distributions);
 #[test]
 fn manual_seed_reproducible() -> Result<()> {
     manual_seed(42);
-    let (a, u) = (Tensor::randn(0.0, 1.0, 64, DType::F32, Device::Cpu)?, Tensor::rand(0.0, 1.0, 8, DType::F64, Device::Cpu)?);
+    let (a, u) =
+        (Tensor::randn(0.0, 1.0, 64, DType::F32, Device::Cpu)?, Tensor::rand(0.0, 1.0, 8, DType::F64, Device::Cpu)?);
     manual_seed(42);
-    let (b, v) = (Tensor::randn(0.0, 1.0, 64, DType::F32, Device::Cpu)?, Tensor::rand(0.0, 1.0, 8, DType::F64, Device::Cpu)?);
+    let (b, v) =
+        (Tensor::randn(0.0, 1.0, 64, DType::F32, Device::Cpu)?, Tensor::rand(0.0, 1.0, 8, DType::F64, Device::Cpu)?);
     assert_eq!((a.to_vec::<f32>()?, u.to_vec::<f64>()?), (b.to_vec::<f32>()?, v.to_vec::<f64>()?));
     manual_seed(43);
     assert_ne!(a.to_vec::<f32>()?, Tensor::randn(0.0, 1.0, 64, DType::F32, Device::Cpu)?.to_vec::<f32>()?);
@@ -182,7 +184,12 @@ fn contiguous_copies(device: Device) -> Result<()> {
     // Reshaping a non-contiguous view has to copy, and keeps the logical order.
     let r = t.reshape((2, 12))?;
     assert!(!r.same_storage(&x));
-    let expect: Vec<f64> = (0..24).map(|i| { let j = unravel(i, &[2, 4, 3]); (j[0] * 12 + j[2] * 4 + j[1]) as f64 }).collect();
+    let expect: Vec<f64> = (0..24)
+        .map(|i| {
+            let j = unravel(i, &[2, 4, 3]);
+            (j[0] * 12 + j[2] * 4 + j[1]) as f64
+        })
+        .collect();
     assert_eq!(values(&r), expect);
     let n = x.narrow(2, 1, 2)?.contiguous()?;
     assert_eq!(values(&n), vec![1., 2., 5., 6., 9., 10., 13., 14., 17., 18., 21., 22.]);
@@ -295,7 +302,14 @@ fn binary_ref(op: BinaryOp) -> fn(f64, f64) -> f64 {
     }
 }
 
-fn binary_input(op: BinaryOp, lhs: bool, rng: &mut StdRng, dims: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+fn binary_input(
+    op: BinaryOp,
+    lhs: bool,
+    rng: &mut StdRng,
+    dims: &[usize],
+    dtype: DType,
+    device: Device,
+) -> Result<Tensor> {
     match (op, lhs) {
         (BinaryOp::Pow, true) => Tensor::rand_with(rng, 0.1, 3.0, dims.to_vec(), dtype, device),
         (BinaryOp::Div, false) => Tensor::rand_with(rng, 0.5, 2.0, dims.to_vec(), dtype, device),
@@ -311,11 +325,15 @@ fn check_binary(op: BinaryOp, a: &Tensor, b: &Tensor, tol: f64, what: &str) -> R
 
 fn binary_ops(device: Device) -> Result<()> {
     let mut r = rng(11);
-    let shapes: [(&[usize], &[usize]); 5] = [(&[2, 3], &[2, 3]), (&[3, 1, 4], &[2, 4]), (&[4], &[3, 1]), (&[2, 3, 4], &[]), (&[], &[5])];
+    let shapes: [(&[usize], &[usize]); 5] =
+        [(&[2, 3], &[2, 3]), (&[3, 1, 4], &[2, 4]), (&[4], &[3, 1]), (&[2, 3, 4], &[]), (&[], &[5])];
     for &op in BinaryOp::ALL {
         for dtype in FLOATS {
             for (sa, sb) in shapes {
-                let (a, b) = (binary_input(op, true, &mut r, sa, dtype, device)?, binary_input(op, false, &mut r, sb, dtype, device)?);
+                let (a, b) = (
+                    binary_input(op, true, &mut r, sa, dtype, device)?,
+                    binary_input(op, false, &mut r, sb, dtype, device)?,
+                );
                 check_binary(op, &a, &b, tol(dtype), &format!("{sa:?} with {sb:?}"))?;
             }
             let a = binary_input(op, true, &mut r, &[4, 3], dtype, device)?.t()?;
@@ -440,7 +458,9 @@ fn apply(x: &Tensor, red: Red, dims: Vec<usize>, keep: bool) -> Result<Tensor> {
 /// The naive value of one group of elements.
 fn red_ref(red: Red, g: &[f64]) -> f64 {
     let n = g.len() as f64;
-    let pos = |better: fn(f64, f64) -> bool| (0..g.len()).fold(0, |best, i| if better(g[i], g[best]) { i } else { best }) as f64;
+    let pos = |better: fn(f64, f64) -> bool| {
+        (0..g.len()).fold(0, |best, i| if better(g[i], g[best]) { i } else { best }) as f64
+    };
     match red {
         Red::Sum => g.iter().sum(),
         Red::Mean => g.iter().sum::<f64>() / n,
@@ -457,11 +477,17 @@ fn red_ref(red: Red, g: &[f64]) -> f64 {
 
 fn check_reduce(x: &Tensor, red: Red, dims: &[usize], keep: bool, tol: f64) -> Result<()> {
     let (kept, want) = reduce_ref(&values(x), x.dims(), dims, |g| red_ref(red, g));
-    let out_dims: Vec<usize> = if keep { kept } else { (0..x.rank()).filter(|d| !dims.contains(d)).map(|d| x.dims()[d]).collect() };
+    let out_dims: Vec<usize> =
+        if keep { kept } else { (0..x.rank()).filter(|d| !dims.contains(d)).map(|d| x.dims()[d]).collect() };
     let got = apply(x, red, dims.to_vec(), keep)?;
     let arg = matches!(red, Red::ArgMax | Red::ArgMin);
     assert_eq!(got.dtype(), if arg { DType::U32 } else { x.dtype() }, "{red:?} dtype");
-    let what = format!("{red:?} over {dims:?} keepdim={keep} of {:?} {} (contiguous: {})", x.dims(), x.dtype(), x.is_contiguous());
+    let what = format!(
+        "{red:?} over {dims:?} keepdim={keep} of {:?} {} (contiguous: {})",
+        x.dims(),
+        x.dtype(),
+        x.is_contiguous()
+    );
     check_close(&what, &got, &out_dims, &want, if arg { 0.0 } else { tol });
     Ok(())
 }
@@ -549,7 +575,11 @@ fn softmax_ref(x: &[f64], dims: &[usize], dim: usize, log: bool) -> Vec<f64> {
             let mut idx = unravel(i, dims);
             idx[dim] = 0;
             let (m, s) = (max[ravel(&idx, &kept)], sum[ravel(&idx, &kept)]);
-            if log { x[i] - m - s.ln() } else { (x[i] - m).exp() / s }
+            if log {
+                x[i] - m - s.ln()
+            } else {
+                (x[i] - m).exp() / s
+            }
         })
         .collect()
 }
@@ -563,7 +593,13 @@ fn softmax(device: Device) -> Result<()> {
             let sm = input.softmax(dim)?;
             check_close("softmax", &sm, input.dims(), &softmax_ref(&xv, input.dims(), dim, false), 2.0 * tol(dtype));
             let lsm = input.log_softmax(dim)?;
-            check_close("log_softmax", &lsm, input.dims(), &softmax_ref(&xv, input.dims(), dim, true), 2.0 * tol(dtype));
+            check_close(
+                "log_softmax",
+                &lsm,
+                input.dims(),
+                &softmax_ref(&xv, input.dims(), dim, true),
+                2.0 * tol(dtype),
+            );
             let sums = sm.sum(dim)?;
             check_close("softmax sums to 1", &sums, sums.dims(), &vec![1.0; sums.elem_count()], 2.0 * tol(dtype));
         }
@@ -584,7 +620,10 @@ test_device!(softmax_test, softmax);
 
 fn check_matmul(a: &Tensor, b: &Tensor, tol: f64, what: &str) -> Result<()> {
     let (ad, bd) = (a.dims().to_vec(), b.dims().to_vec());
-    let (ad2, bd2) = (if ad.len() == 1 { vec![1, ad[0]] } else { ad.clone() }, if bd.len() == 1 { vec![bd[0], 1] } else { bd.clone() });
+    let (ad2, bd2) = (
+        if ad.len() == 1 { vec![1, ad[0]] } else { ad.clone() },
+        if bd.len() == 1 { vec![bd[0], 1] } else { bd.clone() },
+    );
     let (mut od, want) = matmul_ref(&values(a), &ad2, &values(b), &bd2);
     if bd.len() == 1 {
         od.pop();
@@ -632,14 +671,30 @@ fn index_select(device: Device) -> Result<()> {
     let xv = values(&x);
     let ids_u32 = Tensor::from_vec(vec![2u32, 0, 2], 3, device)?;
     let got = x.index_select(&ids_u32, 1)?;
-    let want: Vec<f64> = (0..2 * 3 * 4).map(|i| { let j = unravel(i, &[2, 3, 4]); xv[ravel(&[j[0], [2, 0, 2][j[1]], j[2]], &[2, 3, 4])] }).collect();
+    let want: Vec<f64> = (0..2 * 3 * 4)
+        .map(|i| {
+            let j = unravel(i, &[2, 3, 4]);
+            xv[ravel(&[j[0], [2, 0, 2][j[1]], j[2]], &[2, 3, 4])]
+        })
+        .collect();
     check_close("index_select(1)", &got, &[2, 3, 4], &want, 0.0);
     let ids_i64 = Tensor::from_vec(vec![3i64, 3, 0, 1, 2], 5, device)?;
     let got = x.transpose(0, 2)?.index_select(&ids_i64, 0)?; // [5, 3, 2]
-    let want: Vec<f64> = (0..5 * 3 * 2).map(|i| { let j = unravel(i, &[5, 3, 2]); xv[ravel(&[j[2], j[1], [3, 3, 0, 1, 2][j[0]]], &[2, 3, 4])] }).collect();
+    let want: Vec<f64> = (0..5 * 3 * 2)
+        .map(|i| {
+            let j = unravel(i, &[5, 3, 2]);
+            xv[ravel(&[j[2], j[1], [3, 3, 0, 1, 2][j[0]]], &[2, 3, 4])]
+        })
+        .collect();
     check_close("index_select(0) of a transposed tensor", &got, &[5, 3, 2], &want, 0.0);
     let ids_u8 = Tensor::from_vec(vec![1u8], 1, device)?;
-    check_close("index_select(-1) u8 ids", &x.index_select(&ids_u8, -1)?, &[2, 3, 1], &[1., 5., 9., 13., 17., 21.], 0.0);
+    check_close(
+        "index_select(-1) u8 ids",
+        &x.index_select(&ids_u8, -1)?,
+        &[2, 3, 1],
+        &[1., 5., 9., 13., 17., 21.],
+        0.0,
+    );
     assert!(x.index_select(&Tensor::from_vec(vec![3u32], 1, device)?, 1).is_err(), "index 3 of size 3");
     assert!(x.index_select(&Tensor::from_vec(vec![-1i64], 1, device)?, 1).is_err(), "negative index");
     assert!(x.index_select(&Tensor::from_vec(vec![0.0f32], 1, device)?, 1).is_err(), "float ids");

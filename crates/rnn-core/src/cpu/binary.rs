@@ -2,8 +2,8 @@
 //! a broadcast input simply has stride 0, and the common cases get contiguous fast paths.
 
 use super::parallel::{par_fill, zeroed_vec};
-use super::simd::zip_slice;
-use super::strided::StridedIndex;
+use super::simd::{map_slice, zip_slice};
+use super::strided::{for_each_row_piece, rows};
 use super::unary::map;
 use super::CpuStorage;
 use crate::op::{BinaryKernel, BinaryOp, BinaryVisitor, CmpOp};
@@ -14,7 +14,13 @@ fn is_scalar(l: &Layout) -> bool {
 }
 
 /// `f(a[i], b[i])` for every element of two same-shape layouts.
-pub fn zip_map<T, U, V>(a: &[T], la: &Layout, b: &[U], lb: &Layout, f: impl Fn(T, U) -> V + Sync + Send) -> Result<Vec<V>>
+pub fn zip_map<T, U, V>(
+    a: &[T],
+    la: &Layout,
+    b: &[U],
+    lb: &Layout,
+    f: impl Fn(T, U) -> V + Sync + Send,
+) -> Result<Vec<V>>
 where
     T: Copy + Sync,
     U: Copy + Sync,
@@ -38,32 +44,55 @@ where
             let n = chunk.len();
             zip_slice(&a[sa + first..][..n], &b[sb + first..][..n], chunk, &f)
         }),
-        (Some((sa, _)), None) => par_fill(&mut out, |chunk, first| {
-            let bi = StridedIndex::starting_at(lb, first);
-            for ((o, &x), j) in chunk.iter_mut().zip(&a[sa + first..]).zip(bi) {
-                *o = f(x, b[j]);
-            }
-        }),
-        _ => par_fill(&mut out, |chunk, first| {
-            let ai = StridedIndex::starting_at(la, first);
-            let bi = StridedIndex::starting_at(lb, first);
-            for ((o, i), j) in chunk.iter_mut().zip(ai).zip(bi) {
-                *o = f(a[i], b[j]);
-            }
-        }),
+        _ => {
+            let (ra, rb) = (rows(la), rows(lb));
+            par_fill(&mut out, |chunk, first| {
+                for_each_row_piece([&ra, &rb], first, chunk.len(), |k, [sa, sb], col, take| {
+                    let dst = &mut chunk[k..k + take];
+                    let (ia, ib) = (sa + col * ra.stride, sb + col * rb.stride);
+                    zip_row(dst, (a, ia, ra.stride), (b, ib, rb.stride), &f)
+                })
+            })
+        }
     }
     Ok(out)
 }
 
+/// One row piece of `zip_map`: `(data, first offset, stride)` per input. The common
+/// broadcast rows (a bias added to every row: strides 1 and 1, or 1 and 0) stay vectorized.
+#[inline]
+fn zip_row<T: Copy, U: Copy, V>(
+    dst: &mut [V],
+    (a, ia, sa): (&[T], usize, usize),
+    (b, ib, sb): (&[U], usize, usize),
+    f: &impl Fn(T, U) -> V,
+) {
+    let n = dst.len();
+    match (sa, sb) {
+        (1, 1) => zip_slice(&a[ia..ia + n], &b[ib..ib + n], dst, f),
+        (1, 0) => map_slice(&a[ia..ia + n], dst, &|x| f(x, b[ib])),
+        (0, 1) => map_slice(&b[ib..ib + n], dst, &|y| f(a[ia], y)),
+        _ => dst.iter_mut().enumerate().for_each(|(j, o)| *o = f(a[ia + j * sa], b[ib + j * sb])),
+    }
+}
+
 /// `cond[i] ? t[i] : f[i]` with `cond` contiguous and `t`, `f` seen through their layouts.
-fn select<T: Copy + Sync + Send + bytemuck::Zeroable>(cond: &[bool], t: &[T], lt: &Layout, f: &[T], lf: &Layout) -> Result<Vec<T>> {
+fn select<T: Copy + Sync + Send + bytemuck::Zeroable>(
+    cond: &[bool],
+    t: &[T],
+    lt: &Layout,
+    f: &[T],
+    lf: &Layout,
+) -> Result<Vec<T>> {
     let mut out = zeroed_vec(cond.len())?;
+    let (rt, rf) = (rows(lt), rows(lf));
     par_fill(&mut out, |chunk, first| {
-        let ti = StridedIndex::starting_at(lt, first);
-        let fi = StridedIndex::starting_at(lf, first);
-        for (((o, &c), i), j) in chunk.iter_mut().zip(&cond[first..]).zip(ti).zip(fi) {
-            *o = if c { t[i] } else { f[j] };
-        }
+        for_each_row_piece([&rt, &rf], first, chunk.len(), |k, [st, sf], col, take| {
+            let (it, jf) = (st + col * rt.stride, sf + col * rf.stride);
+            for (j, (o, &c)) in chunk[k..k + take].iter_mut().zip(&cond[first + k..]).enumerate() {
+                *o = if c { t[it + j * rt.stride] } else { f[jf + j * rf.stride] };
+            }
+        })
     });
     Ok(out)
 }
@@ -141,7 +170,11 @@ impl CpuStorage {
             CpuStorage::U8(v) => map(v, l, |x| x != 0),
             CpuStorage::U32(v) => map(v, l, |x| x != 0),
             CpuStorage::I64(v) => map(v, l, |x| x != 0),
-            s => Err(Error::UnsupportedDType { op: "where_cond", dtype: s.dtype(), hint: ": the condition must be u8, u32 or i64" }),
+            s => Err(Error::UnsupportedDType {
+                op: "where_cond",
+                dtype: s.dtype(),
+                hint: ": the condition must be u8, u32 or i64",
+            }),
         }
     }
 }

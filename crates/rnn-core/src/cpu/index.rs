@@ -26,8 +26,12 @@ fn checked_ids(op: &'static str, ids: &CpuStorage, l: &Layout, size: usize, shap
         .collect()
 }
 
-
-fn index_select_typed<T: Copy + Default>(x: &[T], (outer, _, inner): (usize, usize, usize), ids: &[usize], size: usize) -> Vec<T> {
+fn index_select_typed<T: Copy + Default>(
+    x: &[T],
+    (outer, _, inner): (usize, usize, usize),
+    ids: &[usize],
+    size: usize,
+) -> Vec<T> {
     let mut out = Vec::with_capacity(outer * ids.len() * inner);
     for o in 0..outer {
         for &i in ids {
@@ -38,7 +42,12 @@ fn index_select_typed<T: Copy + Default>(x: &[T], (outer, _, inner): (usize, usi
 }
 
 /// `out[o, j, k] = x[o, ids[o, j, k], k]` with `ids` of shape `[outer, m, inner]`.
-fn gather_typed<T: Copy + Default>(x: &[T], size: usize, ids: &[usize], (outer, m, inner): (usize, usize, usize)) -> Vec<T> {
+fn gather_typed<T: Copy + Default>(
+    x: &[T],
+    size: usize,
+    ids: &[usize],
+    (outer, m, inner): (usize, usize, usize),
+) -> Vec<T> {
     let mut out = Vec::with_capacity(ids.len());
     for o in 0..outer {
         for j in 0..m {
@@ -51,7 +60,13 @@ fn gather_typed<T: Copy + Default>(x: &[T], size: usize, ids: &[usize], (outer, 
 }
 
 /// `dst[o, ids[o, j, k], k] += src[o, j, k]`.
-fn scatter_add_typed<T: Elem>(dst: &mut [T], size: usize, ids: &[usize], src: &[T], (outer, m, inner): (usize, usize, usize)) {
+fn scatter_add_typed<T: Elem>(
+    dst: &mut [T],
+    size: usize,
+    ids: &[usize],
+    src: &[T],
+    (outer, m, inner): (usize, usize, usize),
+) {
     for o in 0..outer {
         for j in 0..m {
             for k in 0..inner {
@@ -80,7 +95,15 @@ impl CpuStorage {
     }
 
     /// A copy of `self` with `src` added at the positions `ids` names along `dim`.
-    pub fn scatter_add(&self, l: &Layout, ids: &CpuStorage, il: &Layout, src: &CpuStorage, sl: &Layout, dim: usize) -> Result<CpuStorage> {
+    pub fn scatter_add(
+        &self,
+        l: &Layout,
+        ids: &CpuStorage,
+        il: &Layout,
+        src: &CpuStorage,
+        sl: &Layout,
+        dim: usize,
+    ) -> Result<CpuStorage> {
         let size = l.dims()[dim];
         let ids = checked_ids("scatter_add", ids, il, size, l.shape())?;
         let sizes = split_at(il.dims(), dim);

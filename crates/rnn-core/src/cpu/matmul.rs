@@ -48,11 +48,25 @@ fn gemm_typed<T: Copy + bytemuck::Zeroable + Send + Sync + 'static>(
         // SAFETY: every offset and stride comes from layouts checked against the storage
         // length in `matmul` below; dst is exactly m*n elements, row-major.
         gemm(
-            d.m, d.n, d.k,
-            dst.as_mut_ptr(), 1, d.n as isize, false,
-            a.as_ptr().add(oa[i]), a_cs, a_rs,
-            b.as_ptr().add(ob[i]), b_cs, b_rs,
-            zero, one, false, false, false, par,
+            d.m,
+            d.n,
+            d.k,
+            dst.as_mut_ptr(),
+            1,
+            d.n as isize,
+            false,
+            a.as_ptr().add(oa[i]),
+            a_cs,
+            a_rs,
+            b.as_ptr().add(ob[i]),
+            b_cs,
+            b_rs,
+            zero,
+            one,
+            false,
+            false,
+            false,
+            par,
         )
     };
     let chunks = out.chunks_mut(d.m * d.n);
@@ -102,4 +116,3 @@ impl CpuStorage {
         })
     }
 }
-

@@ -1,7 +1,6 @@
 //! The CPU backend: rayon for parallel loops, contiguous fast paths the compiler
 //! vectorizes, the `gemm` crate for matmul. It is the reference for every GPU kernel.
 
-
 use half::{bf16, f16};
 
 use crate::{DType, Error, Result, WithDType};

@@ -44,15 +44,7 @@ impl<T: WithDType + Default> Reducer<T> for Sum {
     }
     fn fold(&self, xs: &[T], _: u32) -> f64 {
         // Eight independent sums: vectorizes, and is more accurate than one long chain.
-        let mut lanes = [0f64; 8];
-        let chunks = xs.chunks_exact(8);
-        let tail: f64 = chunks.remainder().iter().map(|x| x.to_f64()).sum();
-        for c in chunks {
-            for (l, x) in lanes.iter_mut().zip(c) {
-                *l += x.to_f64();
-            }
-        }
-        lanes.iter().sum::<f64>() + tail
+        super::simd::fold_lanes(xs, 0.0, |x: T| x.to_f64(), |a, b| a + b)
     }
 }
 
@@ -68,7 +60,11 @@ impl<T: WithDType + Default, const G: bool, const A: bool> Reducer<T> for Extrem
     fn step(&self, acc: (T, u32), x: T, j: u32) -> (T, u32) {
         let better = if G { x > acc.0 } else { x < acc.0 };
         // NaN wins, as in PyTorch: a NaN anywhere makes max and min NaN.
-        if better || acc.1 == u32::MAX || (x.is_nan() && !acc.0.is_nan()) { (x, j) } else { acc }
+        if better || acc.1 == u32::MAX || (x.is_nan() && !acc.0.is_nan()) {
+            (x, j)
+        } else {
+            acc
+        }
     }
     fn merge(&self, a: (T, u32), b: (T, u32)) -> (T, u32) {
         if b.1 == u32::MAX {
@@ -77,12 +73,22 @@ impl<T: WithDType + Default, const G: bool, const A: bool> Reducer<T> for Extrem
         self.step(a, b.0, b.1)
     }
     fn finish(&self, acc: (T, u32)) -> f64 {
-        if A { acc.1 as f64 } else { acc.0.to_f64() }
+        if A {
+            acc.1 as f64
+        } else {
+            acc.0.to_f64()
+        }
     }
 }
 
 /// Reduces `x` = `[outer, r, inner]` (contiguous) to `[outer, inner]`.
-fn reduce3<T: Copy + Sync, R: Reducer<T>>(x: &[T], outer: usize, r: usize, inner: usize, red: &R) -> Result<Vec<R::Out>> {
+fn reduce3<T: Copy + Sync, R: Reducer<T>>(
+    x: &[T],
+    outer: usize,
+    r: usize,
+    inner: usize,
+    red: &R,
+) -> Result<Vec<R::Out>> {
     let mut out = super::parallel::zeroed_vec(outer * inner)?;
     if inner == 1 && outer < 2 * rayon::current_num_threads() && r >= PAR_THRESHOLD {
         // Few long rows: split each row over the threads instead.
@@ -161,7 +167,13 @@ impl CpuStorage {
     }
 }
 
-fn reduce_typed<T: WithDType + Default>(x: &[T], outer: usize, r: usize, inner: usize, op: ReduceOp) -> Result<CpuStorage> {
+fn reduce_typed<T: WithDType + Default>(
+    x: &[T],
+    outer: usize,
+    r: usize,
+    inner: usize,
+    op: ReduceOp,
+) -> Result<CpuStorage> {
     let values = |v: Vec<f64>| T::into_storage(v.into_iter().map(T::from_f64).collect());
     let indices = |v: Vec<f64>| CpuStorage::U32(v.into_iter().map(|i| i as u32).collect());
     Ok(match op {

@@ -57,16 +57,38 @@ unsafe fn zip_slice_avx2<T: Copy, U: Copy, V>(a: &[T], b: &[U], dst: &mut [V], f
     zip_slice_plain(a, b, dst, f)
 }
 
-/// Folds `xs` with 8 independent accumulators (so the loop vectorizes), then folds those.
+/// Folds `g(x)` over `xs` with 8 independent accumulators (so the loop vectorizes), then
+/// folds those; `f` must be associative for the result to be independent of the split.
 #[inline(always)]
-pub fn fold_lanes<T: Copy>(xs: &[T], init: T, f: impl Fn(T, T) -> T + Copy) -> T {
+pub fn fold_lanes<T: Copy, A: Copy>(xs: &[T], init: A, g: impl Fn(T) -> A + Copy, f: impl Fn(A, A) -> A + Copy) -> A {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports the features the function is compiled for.
+        return unsafe { fold_lanes_avx2(xs, init, g, f) };
+    }
+    fold_lanes_plain(xs, init, g, f)
+}
+
+#[inline(always)]
+fn fold_lanes_plain<T: Copy, A: Copy>(xs: &[T], init: A, g: impl Fn(T) -> A + Copy, f: impl Fn(A, A) -> A + Copy) -> A {
     let mut lanes = [init; 8];
     let chunks = xs.chunks_exact(8);
-    let tail = chunks.remainder().iter().fold(init, |a, &x| f(a, x));
+    let tail = chunks.remainder().iter().fold(init, |a, &x| f(a, g(x)));
     for c in chunks {
         for (l, &x) in lanes.iter_mut().zip(c) {
-            *l = f(*l, x);
+            *l = f(*l, g(x));
         }
     }
     lanes.into_iter().fold(tail, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fold_lanes_avx2<T: Copy, A: Copy>(
+    xs: &[T],
+    init: A,
+    g: impl Fn(T) -> A + Copy,
+    f: impl Fn(A, A) -> A + Copy,
+) -> A {
+    fold_lanes_plain(xs, init, g, f)
 }

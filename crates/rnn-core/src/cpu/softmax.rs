@@ -17,10 +17,10 @@ fn rows_per_task(row: usize) -> usize {
 }
 
 fn softmax_row<F: Float>(x: &[F], out: &mut [F], log: bool) {
-    let max = fold_lanes(x, F::neg_infinity(), |a, b| if b > a { b } else { a });
+    let max = fold_lanes(x, F::neg_infinity(), |v| v, |a, b| if b > a { b } else { a });
     // A row of -inf (fully masked) gives NaN, as in PyTorch.
     map_slice(x, out, &|v: F| (v - max).vexp());
-    let sum = fold_lanes(out, F::c(0.0), |a, b| a + b);
+    let sum = fold_lanes(out, F::c(0.0), |v| v, |a, b| a + b);
     if log {
         // (v - max) - ln(sum), not v - (max + ln(sum)): for large v the latter rounds badly.
         let log_sum = sum.ln();
@@ -62,7 +62,11 @@ impl CpuStorage {
             }
             s => {
                 let hint = ": softmax needs a float dtype";
-                return Err(Error::UnsupportedDType { op: if log { "log_softmax" } else { "softmax" }, dtype: s.dtype(), hint });
+                return Err(Error::UnsupportedDType {
+                    op: if log { "log_softmax" } else { "softmax" },
+                    dtype: s.dtype(),
+                    hint,
+                });
             }
         })
     }

@@ -56,26 +56,49 @@ impl Iterator for StridedIndex<'_> {
     }
 }
 
-/// The layout as runs of `block_len` contiguous elements; `starts` gives each run's offset.
-pub struct Blocks {
-    pub block_len: usize,
-    /// Layout of the run starts (the leading dims that are not merged into a run).
+/// A layout seen as rows along its last dim: `outer` walks the row starts, and a row holds
+/// `len` elements `stride` apart. Kernels loop over a row with a plain (often contiguous,
+/// so vectorized) inner loop instead of updating a multi-index per element.
+pub struct Rows {
     pub outer: Layout,
+    pub len: usize,
+    pub stride: usize,
 }
 
-/// Merges the trailing dims whose strides are row-major into one contiguous run.
-pub fn blocks(layout: &Layout) -> Blocks {
+pub fn rows(layout: &Layout) -> Rows {
     let (dims, strides) = (layout.dims(), layout.strides());
-    let mut block_len = 1;
-    let mut split = dims.len();
-    while split > 0 {
-        let d = split - 1;
-        if dims[d] != 1 && strides[d] != block_len {
-            break;
-        }
-        block_len *= dims[d];
-        split = d;
+    let Some((&len, outer_dims)) = dims.split_last() else {
+        return Rows { outer: Layout::new(vec![].into(), vec![], layout.start_offset()), len: 1, stride: 1 };
+    };
+    let outer = Layout::new(outer_dims.to_vec().into(), strides[..dims.len() - 1].to_vec(), layout.start_offset());
+    Rows { outer, len, stride: strides[dims.len() - 1] }
+}
+
+/// Walks `N` same-shape layouts split into rows, over the row-major positions
+/// `first..first + count`: calls `f(k, starts, col, take)` for each piece of a row, where
+/// `starts[i]` is the storage offset of the row in layout `i`, the piece begins at column
+/// `col`, and it fills output positions `k..k + take` (counted from `first`).
+pub fn for_each_row_piece<const N: usize>(
+    rows: [&Rows; N],
+    first: usize,
+    count: usize,
+    mut f: impl FnMut(usize, [usize; N], usize, usize),
+) {
+    let len = rows.first().map_or(1, |r| r.len);
+    if len == 0 {
+        return;
     }
-    let outer = Layout::new(dims[..split].to_vec().into(), strides[..split].to_vec(), layout.start_offset());
-    Blocks { block_len, outer }
+    let mut starts = rows.map(|r| StridedIndex::starting_at(&r.outer, first / len));
+    let (mut col, mut k) = (first % len, 0);
+    while k < count {
+        let mut row = [0; N];
+        for (slot, it) in row.iter_mut().zip(starts.iter_mut()) {
+            let Some(start) = it.next() else { return };
+            *slot = start;
+        }
+        let take = (len - col).min(count - k);
+        f(k, row, col, take);
+        k += take;
+        col = 0;
+    }
 }

@@ -4,7 +4,7 @@ use half::{bf16, f16};
 
 use super::parallel::{par_fill, zeroed_vec};
 use super::simd::map_slice;
-use super::strided::StridedIndex;
+use super::strided::{for_each_row_piece, rows};
 use super::CpuStorage;
 use crate::op::{UnaryKernel, UnaryOp, UnaryVisitor};
 use crate::{DType, Error, Layout, Result, WithDType};
@@ -21,11 +21,20 @@ where
             let src = &src[start..end];
             par_fill(&mut out, |chunk, first| map_slice(&src[first..first + chunk.len()], chunk, &f));
         }
-        None => par_fill(&mut out, |chunk, first| {
-            for (o, i) in chunk.iter_mut().zip(StridedIndex::starting_at(l, first)) {
-                *o = f(src[i]);
-            }
-        }),
+        None => {
+            let r = rows(l);
+            par_fill(&mut out, |chunk, first| {
+                for_each_row_piece([&r], first, chunk.len(), |k, [start], col, take| {
+                    let dst = &mut chunk[k..k + take];
+                    let begin = start + col * r.stride;
+                    if r.stride == 1 {
+                        map_slice(&src[begin..begin + take], dst, &f);
+                    } else {
+                        dst.iter_mut().enumerate().for_each(|(j, o)| *o = f(src[begin + j * r.stride]));
+                    }
+                })
+            })
+        }
     }
     Ok(out)
 }

@@ -121,7 +121,13 @@ pub fn broadcast_get(x: &[f64], dims: &[usize], out_idx: &[usize]) -> f64 {
 }
 
 /// `f(a, b)` elementwise with broadcasting; returns the output shape and values.
-pub fn zip_ref(a: &[f64], ad: &[usize], b: &[f64], bd: &[usize], f: impl Fn(f64, f64) -> f64) -> (Vec<usize>, Vec<f64>) {
+pub fn zip_ref(
+    a: &[f64],
+    ad: &[usize],
+    b: &[f64],
+    bd: &[usize],
+    f: impl Fn(f64, f64) -> f64,
+) -> (Vec<usize>, Vec<f64>) {
     let od = broadcast_dims(ad, bd);
     let n: usize = od.iter().product();
     let out = (0..n)
@@ -172,4 +178,3 @@ pub fn matmul_ref(a: &[f64], ad: &[usize], b: &[f64], bd: &[usize]) -> (Vec<usiz
     }
     (batch.into_iter().chain([m, n]).collect(), out)
 }
-

@@ -1,0 +1,238 @@
+//! The std-trait API of `Tensor`: `Display` (PyTorch-style printing) and the arithmetic
+//! operators (`+ - * /` and unary `-` on owned and borrowed tensors and on `f64`).
+
+use rnn_core::{DType, Device, Error, Result, Tensor};
+
+const CPU: Device = Device::Cpu;
+
+fn matrix() -> Result<Tensor> {
+    Tensor::from_vec(vec![1f32, -2.5, 3., 4., 5., -6.], (2, 3), CPU)
+}
+
+// ---------------------------------------------------------------- Display
+
+#[test]
+fn display_f32_matrix() -> Result<()> {
+    let want = "\
+[[ 1.0000, -2.5000,  3.0000],
+ [ 4.0000,  5.0000, -6.0000]]
+Tensor[[2, 3], f32, cpu]";
+    assert_eq!(matrix()?.to_string(), want);
+    Ok(())
+}
+
+#[test]
+fn display_i64_vector() -> Result<()> {
+    let t = Tensor::from_vec(vec![1i64, -20, 300], 3, CPU)?;
+    assert_eq!(t.to_string(), "[  1, -20, 300]\nTensor[[3], i64, cpu]");
+    Ok(())
+}
+
+#[test]
+fn display_rank0() -> Result<()> {
+    assert_eq!(Tensor::scalar(3.5f32, CPU)?.to_string(), "3.5000\nTensor[[], f32, cpu]");
+    assert_eq!(Tensor::scalar(7u8, CPU)?.to_string(), "7\nTensor[[], u8, cpu]");
+    Ok(())
+}
+
+#[test]
+fn display_empty() -> Result<()> {
+    let t = Tensor::zeros((2, 0), DType::F32, CPU)?;
+    assert_eq!(t.to_string(), "[]\nTensor[[2, 0], f32, cpu]");
+    assert_eq!(Tensor::zeros(0, DType::I64, CPU)?.to_string(), "[]\nTensor[[0], i64, cpu]");
+    Ok(())
+}
+
+#[test]
+fn display_summarized_matrix() -> Result<()> {
+    let t = Tensor::arange(0i64, 10_000, CPU)?.reshape((100, 100))?;
+    let want = "\
+[[   0,    1,    2,  ...,   97,   98,   99],
+ [ 100,  101,  102,  ...,  197,  198,  199],
+ [ 200,  201,  202,  ...,  297,  298,  299],
+ ...,
+ [9700, 9701, 9702,  ..., 9797, 9798, 9799],
+ [9800, 9801, 9802,  ..., 9897, 9898, 9899],
+ [9900, 9901, 9902,  ..., 9997, 9998, 9999]]
+Tensor[[100, 100], i64, cpu]";
+    assert_eq!(t.to_string(), want);
+    Ok(())
+}
+
+#[test]
+fn display_summarizes_only_long_dims_of_large_tensors() -> Result<()> {
+    // 2000 elements: dim 0 (size 2) is printed whole, dim 1 is cut.
+    let t = Tensor::arange(0i64, 2000, CPU)?.reshape((2, 1000))?;
+    let want = "\
+[[   0,    1,    2,  ...,  997,  998,  999],
+ [1000, 1001, 1002,  ..., 1997, 1998, 1999]]
+Tensor[[2, 1000], i64, cpu]";
+    assert_eq!(t.to_string(), want);
+    // 1000 elements is not more than the threshold: nothing is cut (the lines wrap).
+    let t = Tensor::arange(0i64, 1000, CPU)?;
+    assert!(!t.to_string().contains("..."));
+    Ok(())
+}
+
+#[test]
+fn display_scientific() -> Result<()> {
+    let t = Tensor::from_vec(vec![1e-8f64, -1.0, 0.0, 1e8], 4, CPU)?;
+    let want = "[ 1.0000e-08, -1.0000e+00,  0.0000e+00,  1.0000e+08]\nTensor[[4], f64, cpu]";
+    assert_eq!(t.to_string(), want);
+    // Each trigger alone: a value below 1e-4, one above 1e8, a range over 1000; or none.
+    let cases = [
+        ([1e-5f32, 0.5], "[1.0000e-05, 5.0000e-01]"),
+        ([2e8, 1e6], "[2.0000e+08, 1.0000e+06]"),
+        ([0.01, 20.0], "[1.0000e-02, 2.0000e+01]"),
+        ([0.001, -0.5], "[ 0.0010, -0.5000]"),
+    ];
+    for (values, want) in cases {
+        let t = Tensor::from_vec(values.to_vec(), 2, CPU)?;
+        assert_eq!(t.to_string(), format!("{want}\nTensor[[2], f32, cpu]"));
+    }
+    Ok(())
+}
+
+#[test]
+fn display_non_finite() -> Result<()> {
+    let t = Tensor::from_vec(vec![f32::NAN, f32::NEG_INFINITY, 1.5], 3, CPU)?;
+    assert_eq!(t.to_string(), "[   nan,   -inf, 1.5000]\nTensor[[3], f32, cpu]");
+    Ok(())
+}
+
+#[test]
+fn display_rank3_separates_blocks_with_blank_lines() -> Result<()> {
+    let t = Tensor::arange(0i64, 8, CPU)?.reshape((2, 2, 2))?;
+    let want = "\
+[[[0, 1],
+  [2, 3]],
+
+ [[4, 5],
+  [6, 7]]]
+Tensor[[2, 2, 2], i64, cpu]";
+    assert_eq!(t.to_string(), want);
+    Ok(())
+}
+
+#[test]
+fn display_wraps_long_vectors() -> Result<()> {
+    // Cells of width 2 plus ", ": 20 per 80-column line.
+    let t = Tensor::arange(0u32, 25, CPU)?;
+    let want = "\
+[ 0,  1,  2,  3,  4,  5,  6,  7,  8,  9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
+ 20, 21, 22, 23, 24]
+Tensor[[25], u32, cpu]";
+    assert_eq!(t.to_string(), want);
+    Ok(())
+}
+
+#[test]
+fn display_views_half_precision_and_precision_flag() -> Result<()> {
+    let t = matrix()?.t()?; // a strided view
+    let want = "\
+[[ 1.0000,  4.0000],
+ [-2.5000,  5.0000],
+ [ 3.0000, -6.0000]]
+Tensor[[3, 2], f32, cpu]";
+    assert_eq!(t.to_string(), want);
+    let half = matrix()?.to_dtype(DType::F16)?;
+    assert!(half.to_string().starts_with("[[ 1.0000, -2.5000,  3.0000],"));
+    assert_eq!(format!("{:.2}", Tensor::scalar(1.0f64 / 3.0, CPU)?), "0.33\nTensor[[], f64, cpu]");
+    Ok(())
+}
+
+#[test]
+fn debug_is_the_header_only() -> Result<()> {
+    assert_eq!(format!("{:?}", matrix()?), "Tensor[[2, 3], f32, cpu]");
+    Ok(())
+}
+
+// ---------------------------------------------------------------- operators
+
+fn values(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+/// `$op` applied to every mix of owned and borrowed operands equals `$method`.
+macro_rules! check_binary {
+    ($a:expr, $b:expr, $op:tt, $method:ident) => {{
+        let (a, b): (&Tensor, &Tensor) = (&$a, &$b);
+        let want = values(&a.$method(b)?);
+        assert_eq!(values(&(a $op b)?), want, "&a {} &b", stringify!($op));
+        assert_eq!(values(&(a.clone() $op b)?), want, "a {} &b", stringify!($op));
+        assert_eq!(values(&(a $op b.clone())?), want, "&a {} b", stringify!($op));
+        assert_eq!(values(&(a.clone() $op b.clone())?), want, "a {} b", stringify!($op));
+    }};
+}
+
+#[test]
+fn binary_operators_match_methods() -> Result<()> {
+    let a = matrix()?;
+    let b = Tensor::from_vec(vec![2f32, 4., -1., 0.5, 8., 3.], (2, 3), CPU)?;
+    check_binary!(a, b, +, add);
+    check_binary!(a, b, -, sub);
+    check_binary!(a, b, *, mul);
+    check_binary!(a, b, /, div);
+    assert_eq!(values(&(&a + &b)?), [3., 1.5, 2., 4.5, 13., -3.]);
+    assert_eq!(values(&(&a / &b)?), [0.5, -0.625, -3., 8., 0.625, -2.]);
+    Ok(())
+}
+
+#[test]
+fn binary_operators_broadcast() -> Result<()> {
+    let a = matrix()?;
+    let row = Tensor::from_vec(vec![10f32, 20., 30.], 3, CPU)?;
+    let col = Tensor::from_vec(vec![1f32, -1.], (2, 1), CPU)?;
+    check_binary!(a, row, +, add);
+    check_binary!(col, a, *, mul);
+    assert_eq!((&row - &col)?.dims(), &[2, 3]);
+    assert_eq!(values(&(&a + &row)?), [11., 17.5, 33., 14., 25., 24.]);
+    Ok(())
+}
+
+#[test]
+fn scalar_operators_match_methods() -> Result<()> {
+    let a = matrix()?;
+    assert_eq!(values(&(&a + 2.0)?), values(&a.add_scalar(2.0)?));
+    assert_eq!(values(&(&a - 2.0)?), values(&a.sub_scalar(2.0)?));
+    assert_eq!(values(&(&a * 2.0)?), values(&a.mul_scalar(2.0)?));
+    assert_eq!(values(&(&a / 2.0)?), values(&a.div_scalar(2.0)?));
+    assert_eq!(values(&(a.clone() * 2.0)?), [2., -5., 6., 8., 10., -12.]);
+    // The scalar takes the tensor's dtype.
+    let ints = Tensor::from_vec(vec![1i64, 2, 3], 3, CPU)?;
+    assert_eq!((&ints * 3.0)?.to_vec::<i64>()?, [3, 6, 9]);
+    Ok(())
+}
+
+#[test]
+fn neg_operator() -> Result<()> {
+    let a = matrix()?;
+    assert_eq!(values(&(-&a)?), values(&a.neg()?));
+    assert_eq!(values(&(-a.clone())?), [-1., 2.5, -3., -4., -5., 6.]);
+    Ok(())
+}
+
+#[test]
+fn operators_chain_with_question_mark() -> Result<()> {
+    let a = matrix()?;
+    let y = ((&a * 2.0)? - (-&a)?)?; // 3a
+    assert_eq!(values(&y), values(&a.mul_scalar(3.0)?));
+    Ok(())
+}
+
+#[test]
+fn operator_errors_match_methods() -> Result<()> {
+    let a = matrix()?;
+    let bad_shape = Tensor::ones((4, 3), DType::F32, CPU)?;
+    let bad_dtype = Tensor::ones((2, 3), DType::F64, CPU)?;
+    for other in [&bad_shape, &bad_dtype] {
+        let want = a.add(other).unwrap_err();
+        assert_eq!((&a + other).unwrap_err(), want);
+        assert_eq!((a.clone() - other.clone()).unwrap_err(), a.sub(other).unwrap_err());
+        assert_eq!((&a * other.clone()).unwrap_err(), a.mul(other).unwrap_err());
+        assert_eq!((a.clone() / other).unwrap_err(), a.div(other).unwrap_err());
+    }
+    assert!(matches!((&a + &bad_shape).unwrap_err(), Error::BroadcastIncompatible { .. }));
+    assert!(matches!((&a + &bad_dtype).unwrap_err(), Error::DTypeMismatch { .. }));
+    Ok(())
+}

@@ -1,10 +1,10 @@
 //! Binary ops, comparisons and where_cond. Inputs already share one (broadcast) shape;
 //! a broadcast input simply has stride 0, and the common cases get contiguous fast paths.
 
-use super::parallel::{par_fill, zeroed_vec};
+use super::parallel::{par_fill, zeroed_vec, HEAVY};
 use super::simd::{map_slice, zip_slice};
 use super::strided::{for_each_row_piece, rows};
-use super::unary::map;
+use super::unary::{map, map_with_work};
 use super::CpuStorage;
 use crate::op::{BinaryKernel, BinaryOp, BinaryVisitor, CmpOp};
 use crate::{Error, Layout, Result};
@@ -26,27 +26,42 @@ where
     U: Copy + Sync,
     V: Copy + bytemuck::Zeroable + Send,
 {
+    zip_map_with_work(1, (a, la), (b, lb), f)
+}
+
+/// `zip_map` for an `f` that costs `work` units per element (see `parallel::PAR_WORK`).
+pub fn zip_map_with_work<T, U, V>(
+    work: usize,
+    (a, la): (&[T], &Layout),
+    (b, lb): (&[U], &Layout),
+    f: impl Fn(T, U) -> V + Sync + Send,
+) -> Result<Vec<V>>
+where
+    T: Copy + Sync,
+    U: Copy + Sync,
+    V: Copy + bytemuck::Zeroable + Send,
+{
     let n = la.shape().elem_count();
     if n == 0 {
         return Ok(Vec::new());
     }
     if is_scalar(lb) {
         let s = b[lb.start_offset()];
-        return map(a, la, |x| f(x, s));
+        return map_with_work(work, a, la, |x| f(x, s));
     }
     if is_scalar(la) {
         let s = a[la.start_offset()];
-        return map(b, lb, |y| f(s, y));
+        return map_with_work(work, b, lb, |y| f(s, y));
     }
     let mut out = zeroed_vec(n)?;
     match (la.contiguous_offsets(), lb.contiguous_offsets()) {
-        (Some((sa, _)), Some((sb, _))) => par_fill(&mut out, |chunk, first| {
+        (Some((sa, _)), Some((sb, _))) => par_fill(&mut out, work, |chunk, first| {
             let n = chunk.len();
             zip_slice(&a[sa + first..][..n], &b[sb + first..][..n], chunk, &f)
         }),
         _ => {
             let (ra, rb) = (rows(la), rows(lb));
-            par_fill(&mut out, |chunk, first| {
+            par_fill(&mut out, work, |chunk, first| {
                 for_each_row_piece([&ra, &rb], first, chunk.len(), |k, [sa, sb], col, take| {
                     let dst = &mut chunk[k..k + take];
                     let (ia, ib) = (sa + col * ra.stride, sb + col * rb.stride);
@@ -86,7 +101,7 @@ fn select<T: Copy + Sync + Send + bytemuck::Zeroable>(
 ) -> Result<Vec<T>> {
     let mut out = zeroed_vec(cond.len())?;
     let (rt, rf) = (rows(lt), rows(lf));
-    par_fill(&mut out, |chunk, first| {
+    par_fill(&mut out, 1, |chunk, first| {
         for_each_row_piece([&rt, &rf], first, chunk.len(), |k, [st, sf], col, take| {
             let (it, jf) = (st + col * rt.stride, sf + col * rf.stride);
             for (j, (o, &c)) in chunk[k..k + take].iter_mut().zip(&cond[first + k..]).enumerate() {
@@ -107,10 +122,12 @@ impl BinaryVisitor for CpuBinary<'_> {
 
     fn visit<K: BinaryKernel>(self) -> Result<CpuStorage> {
         let ((a, la), (b, lb)) = (self.a, self.b);
+        // pow goes through exp and log; the others are memory-bound.
+        let work = if K::NAME == "pow" { HEAVY } else { 1 };
         macro_rules! arm {
             ($($v:ident),*) => {
                 match (a, b) {
-                    $((CpuStorage::$v(a), CpuStorage::$v(b)) => CpuStorage::$v(zip_map(a, la, b, lb, K::f)?),)*
+                    $((CpuStorage::$v(a), CpuStorage::$v(b)) => CpuStorage::$v(zip_map_with_work(work, (a, la), (b, lb), K::f)?),)*
                     _ => return Err(Error::DTypeMismatch { op: K::NAME, lhs: a.dtype(), rhs: b.dtype() }),
                 }
             };

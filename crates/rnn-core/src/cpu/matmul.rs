@@ -25,52 +25,77 @@ fn batch_offsets(l: &Layout) -> Vec<usize> {
     StridedIndex::new(&outer).collect()
 }
 
+/// One operand of a product: first element, row stride, column stride (in elements).
+#[derive(Clone, Copy)]
+struct Operand<T>(*const T, isize, isize);
+
+/// `dst = a @ b` for one `m x n` row-major output.
+///
+/// SAFETY: the operands must address `m x k` and `k x n` valid elements.
+unsafe fn gemm_one<T: 'static>(
+    dst: &mut [T],
+    (m, n, k): (usize, usize, usize),
+    a: Operand<T>,
+    b: Operand<T>,
+    (zero, one): (T, T),
+    par: Parallelism,
+) {
+    gemm(
+        m,
+        n,
+        k,
+        dst.as_mut_ptr(),
+        1,
+        n as isize,
+        false,
+        a.0,
+        a.2,
+        a.1,
+        b.0,
+        b.2,
+        b.1,
+        zero,
+        one,
+        false,
+        false,
+        false,
+        par,
+    );
+}
+
 fn gemm_typed<T: Copy + bytemuck::Zeroable + Send + Sync + 'static>(
     a: &[T],
     la: &Layout,
     b: &[T],
     lb: &Layout,
     d: &Dims,
-    zero: T,
-    one: T,
+    units: (T, T),
 ) -> Result<Vec<T>> {
     let mut out = super::parallel::zeroed_vec(d.batch * d.m * d.n)?;
     if out.is_empty() {
         return Ok(out);
     }
-    let (ra, rb) = (la.dims().len(), lb.dims().len());
-    let (a_rs, a_cs) = (la.strides()[ra - 2] as isize, la.strides()[ra - 1] as isize);
-    let (b_rs, b_cs) = (lb.strides()[rb - 2] as isize, lb.strides()[rb - 1] as isize);
+    let strides = |l: &Layout| {
+        let r = l.dims().len();
+        (l.strides()[r - 2] as isize, l.strides()[r - 1] as isize)
+    };
+    let ((a_rs, a_cs), (b_rs, b_cs)) = (strides(la), strides(lb));
     let (oa, ob) = (batch_offsets(la), batch_offsets(lb));
     let flops = d.m * d.n * d.k;
     let threads = rayon::current_num_threads();
-    let run = |dst: &mut [T], i: usize, par: Parallelism| unsafe {
+    let run = |dst: &mut [T], i: usize, par: Parallelism| {
         // SAFETY: every offset and stride comes from layouts checked against the storage
         // length in `matmul` below; dst is exactly m*n elements, row-major.
-        gemm(
-            d.m,
-            d.n,
-            d.k,
-            dst.as_mut_ptr(),
-            1,
-            d.n as isize,
-            false,
-            a.as_ptr().add(oa[i]),
-            a_cs,
-            a_rs,
-            b.as_ptr().add(ob[i]),
-            b_cs,
-            b_rs,
-            zero,
-            one,
-            false,
-            false,
-            false,
-            par,
-        )
+        unsafe {
+            let (pa, pb) = (Operand(a.as_ptr().add(oa[i]), a_rs, a_cs), Operand(b.as_ptr().add(ob[i]), b_rs, b_cs));
+            gemm_one(dst, (d.m, d.n, d.k), pa, pb, units, par);
+        }
     };
     let chunks = out.chunks_mut(d.m * d.n);
-    if flops >= PAR_FLOPS && (d.batch < threads || flops >= 64 * PAR_FLOPS) {
+    if flops < PAR_FLOPS && d.batch == 1 {
+        // Small and single: the thread pool's hand-off would cost more than the product.
+        chunks.for_each(|dst| run(dst, 0, Parallelism::None));
+    } else if flops >= PAR_FLOPS && (d.batch < threads || flops >= 64 * PAR_FLOPS) {
         chunks.enumerate().for_each(|(i, dst)| run(dst, i, Parallelism::Rayon(threads)));
     } else {
         chunks.collect::<Vec<_>>().into_par_iter().enumerate().for_each(|(i, dst)| run(dst, i, Parallelism::None));
@@ -94,10 +119,10 @@ impl CpuStorage {
         let r = ad.len();
         let d = Dims { batch: ad[..r - 2].iter().product(), m: ad[r - 2], k: ad[r - 1], n: bd[r - 1] };
         Ok(match (self, rhs) {
-            (CpuStorage::F32(a), CpuStorage::F32(b)) => CpuStorage::F32(gemm_typed(a, la, b, lb, &d, 0.0, 1.0)?),
-            (CpuStorage::F64(a), CpuStorage::F64(b)) => CpuStorage::F64(gemm_typed(a, la, b, lb, &d, 0.0, 1.0)?),
+            (CpuStorage::F32(a), CpuStorage::F32(b)) => CpuStorage::F32(gemm_typed(a, la, b, lb, &d, (0.0, 1.0))?),
+            (CpuStorage::F64(a), CpuStorage::F64(b)) => CpuStorage::F64(gemm_typed(a, la, b, lb, &d, (0.0, 1.0))?),
             (CpuStorage::F16(a), CpuStorage::F16(b)) => {
-                CpuStorage::F16(gemm_typed(a, la, b, lb, &d, f16::ZERO, f16::ONE)?)
+                CpuStorage::F16(gemm_typed(a, la, b, lb, &d, (f16::ZERO, f16::ONE))?)
             }
             (CpuStorage::BF16(_), CpuStorage::BF16(_)) => {
                 // gemm has no bf16 kernel: compute in f32, round once at the end.

@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use super::parallel::{par_fill, PAR_THRESHOLD};
+use super::parallel::{par_fill, PAR_WORK};
 use super::CpuStorage;
 use crate::op::ReduceOp;
 use crate::{Layout, Result, WithDType};
@@ -90,19 +90,19 @@ fn reduce3<T: Copy + Sync, R: Reducer<T>>(
     red: &R,
 ) -> Result<Vec<R::Out>> {
     let mut out = super::parallel::zeroed_vec(outer * inner)?;
-    if inner == 1 && outer < 2 * rayon::current_num_threads() && r >= PAR_THRESHOLD {
+    if inner == 1 && outer < 2 * rayon::current_num_threads() && r >= PAR_WORK {
         // Few long rows: split each row over the threads instead.
         for (o, row) in out.iter_mut().zip(x.chunks(r)) {
             let acc = row
-                .par_chunks(PAR_THRESHOLD)
+                .par_chunks(PAR_WORK / 4)
                 .enumerate()
-                .map(|(c, part)| fold(part, (c * PAR_THRESHOLD) as u32, red))
+                .map(|(c, part)| fold(part, (c * PAR_WORK / 4) as u32, red))
                 .reduce(|| red.init(), |a, b| red.merge(a, b));
             *o = red.finish(acc);
         }
         return Ok(out);
     }
-    par_fill(&mut out, |chunk, first| {
+    par_fill(&mut out, r, |chunk, first| {
         if inner == 1 {
             for (k, o) in chunk.iter_mut().enumerate() {
                 *o = red.finish(fold(&x[(first + k) * r..(first + k + 1) * r], 0, red));

@@ -57,8 +57,12 @@ unsafe fn zip_slice_avx2<T: Copy, U: Copy, V>(a: &[T], b: &[U], dst: &mut [V], f
     zip_slice_plain(a, b, dst, f)
 }
 
-/// Folds `g(x)` over `xs` with 8 independent accumulators (so the loop vectorizes), then
-/// folds those; `f` must be associative for the result to be independent of the split.
+/// Independent accumulators of `fold_lanes`: enough to hide the add latency of 4-wide f64
+/// vectors (4 registers) and keep the loop vectorized.
+const LANES: usize = 16;
+
+/// Folds `g(x)` over `xs` with `LANES` independent accumulators (so the loop vectorizes),
+/// then folds those; `f` must be associative for the result to be independent of the split.
 #[inline(always)]
 pub fn fold_lanes<T: Copy, A: Copy>(xs: &[T], init: A, g: impl Fn(T) -> A + Copy, f: impl Fn(A, A) -> A + Copy) -> A {
     #[cfg(target_arch = "x86_64")]
@@ -71,8 +75,8 @@ pub fn fold_lanes<T: Copy, A: Copy>(xs: &[T], init: A, g: impl Fn(T) -> A + Copy
 
 #[inline(always)]
 fn fold_lanes_plain<T: Copy, A: Copy>(xs: &[T], init: A, g: impl Fn(T) -> A + Copy, f: impl Fn(A, A) -> A + Copy) -> A {
-    let mut lanes = [init; 8];
-    let chunks = xs.chunks_exact(8);
+    let mut lanes = [init; LANES];
+    let chunks = xs.chunks_exact(LANES);
     let tail = chunks.remainder().iter().fold(init, |a, &x| f(a, g(x)));
     for c in chunks {
         for (l, &x) in lanes.iter_mut().zip(c) {

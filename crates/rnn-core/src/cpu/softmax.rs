@@ -5,16 +5,12 @@
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+use super::parallel::{HEAVY, PAR_WORK};
 use super::simd::{fold_lanes, map_slice};
 use super::unary::contiguous_slice;
 use super::CpuStorage;
 use crate::num::Float;
 use crate::{Error, Layout, Result};
-
-/// Rows per parallel task: enough elements that a task is worth spawning.
-fn rows_per_task(row: usize) -> usize {
-    (super::parallel::PAR_THRESHOLD / row.max(1)).max(1)
-}
 
 fn softmax_row<F: Float>(x: &[F], out: &mut [F], log: bool) {
     let max = fold_lanes(x, F::neg_infinity(), |v| v, |a, b| if b > a { b } else { a });
@@ -36,12 +32,14 @@ fn softmax_rows<F: Float>(x: &[F], row: usize, log: bool) -> Result<Vec<F>> {
     if row == 0 {
         return Ok(out);
     }
-    let chunk = rows_per_task(row) * row;
-    out.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(|(o, xs)| {
-        for (orow, xrow) in o.chunks_mut(row).zip(xs.chunks(row)) {
-            softmax_row(xrow, orow, log);
-        }
-    });
+    let rows = |o: &mut [F], xs: &[F]| o.chunks_mut(row).zip(xs.chunks(row)).for_each(|(o, x)| softmax_row(x, o, log));
+    if x.len().saturating_mul(HEAVY) < PAR_WORK {
+        rows(&mut out, x);
+        return Ok(out);
+    }
+    // Tasks of whole rows, each worth spawning.
+    let chunk = (PAR_WORK / 4 / HEAVY / row).max(1) * row;
+    out.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(|(o, xs)| rows(o, xs));
     Ok(out)
 }
 

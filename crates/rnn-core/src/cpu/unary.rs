@@ -2,7 +2,7 @@
 
 use half::{bf16, f16};
 
-use super::parallel::{par_fill, zeroed_vec};
+use super::parallel::{par_fill, zeroed_vec, HEAVY};
 use super::simd::map_slice;
 use super::strided::{for_each_row_piece, rows};
 use super::CpuStorage;
@@ -15,15 +15,24 @@ where
     T: Copy + Sync,
     U: Copy + bytemuck::Zeroable + Send,
 {
+    map_with_work(1, src, l, f)
+}
+
+/// `map` for an `f` that costs `work` units per element (see `parallel::PAR_WORK`).
+pub fn map_with_work<T, U>(work: usize, src: &[T], l: &Layout, f: impl Fn(T) -> U + Sync + Send) -> Result<Vec<U>>
+where
+    T: Copy + Sync,
+    U: Copy + bytemuck::Zeroable + Send,
+{
     let mut out = zeroed_vec(l.shape().elem_count())?;
     match l.contiguous_offsets() {
         Some((start, end)) => {
             let src = &src[start..end];
-            par_fill(&mut out, |chunk, first| map_slice(&src[first..first + chunk.len()], chunk, &f));
+            par_fill(&mut out, work, |chunk, first| map_slice(&src[first..first + chunk.len()], chunk, &f));
         }
         None => {
             let r = rows(l);
-            par_fill(&mut out, |chunk, first| {
+            par_fill(&mut out, work, |chunk, first| {
                 for_each_row_piece([&r], first, chunk.len(), |k, [start], col, take| {
                     let dst = &mut chunk[k..k + take];
                     let begin = start + col * r.stride;
@@ -53,18 +62,28 @@ where
 struct CpuUnary<'a> {
     s: &'a CpuStorage,
     l: &'a Layout,
+    work: usize,
+}
+
+/// CPU cost per element: the arithmetic-only ops are memory-bound, the rest call exp,
+/// tanh, erf, sin ... (see `parallel::HEAVY`).
+fn work_of(op: UnaryOp) -> usize {
+    match op {
+        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Recip | UnaryOp::Sqr | UnaryOp::Relu | UnaryOp::Step => 1,
+        _ => HEAVY,
+    }
 }
 
 impl UnaryVisitor for CpuUnary<'_> {
     type Out = Result<CpuStorage>;
 
     fn visit<K: UnaryKernel>(self) -> Result<CpuStorage> {
-        let l = self.l;
+        let (l, w) = (self.l, self.work);
         Ok(match self.s {
-            CpuStorage::F32(v) => CpuStorage::F32(map(v, l, K::f::<f32>)?),
-            CpuStorage::F64(v) => CpuStorage::F64(map(v, l, K::f::<f64>)?),
-            CpuStorage::F16(v) => CpuStorage::F16(map(v, l, |x| f16::from_f32(K::f(x.to_f32())))?),
-            CpuStorage::BF16(v) => CpuStorage::BF16(map(v, l, |x| bf16::from_f32(K::f(x.to_f32())))?),
+            CpuStorage::F32(v) => CpuStorage::F32(map_with_work(w, v, l, K::f::<f32>)?),
+            CpuStorage::F64(v) => CpuStorage::F64(map_with_work(w, v, l, K::f::<f64>)?),
+            CpuStorage::F16(v) => CpuStorage::F16(map_with_work(w, v, l, |x| f16::from_f32(K::f(x.to_f32())))?),
+            CpuStorage::BF16(v) => CpuStorage::BF16(map_with_work(w, v, l, |x| bf16::from_f32(K::f(x.to_f32())))?),
             s => {
                 return Err(Error::UnsupportedDType {
                     op: K::NAME,
@@ -78,7 +97,7 @@ impl UnaryVisitor for CpuUnary<'_> {
 
 impl CpuStorage {
     pub fn unary(&self, l: &Layout, op: UnaryOp) -> Result<CpuStorage> {
-        op.visit(CpuUnary { s: self, l })
+        op.visit(CpuUnary { s: self, l, work: work_of(op) })
     }
 
     pub fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<CpuStorage> {

@@ -54,7 +54,7 @@ impl Tensor {
         dtype: DType,
         device: Device,
     ) -> Result<Tensor> {
-        if !(lo < hi) || !lo.is_finite() || !hi.is_finite() {
+        if lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less) || !lo.is_finite() || !hi.is_finite() {
             return Err(Error::invalid("rand", format!("bad range [{lo}, {hi})")));
         }
         let dist = Uniform::new(lo, hi).map_err(|e| Error::invalid("rand", e.to_string()))?;

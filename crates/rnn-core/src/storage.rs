@@ -45,7 +45,7 @@ impl BackendStorage for CpuStorage {
         Ok(cpu.clone())
     }
     fn full(value: f64, n: usize, dtype: DType, _: usize) -> Result<Self> {
-        CpuStorage::try_full(value, n, dtype)
+        CpuStorage::full(value, n, dtype)
     }
     fn unary(&self, l: &Layout, op: UnaryOp) -> Result<Self> {
         CpuStorage::unary(self, l, op)
@@ -145,7 +145,7 @@ impl Storage {
 
     pub fn full(value: f64, n: usize, dtype: DType, device: Device) -> Result<Storage> {
         Ok(match device {
-            Device::Cpu => Storage::Cpu(CpuStorage::try_full(value, n, dtype)?),
+            Device::Cpu => Storage::Cpu(CpuStorage::full(value, n, dtype)?),
             Device::Cuda(i) => Storage::Cuda(CudaStorage::full(value, n, dtype, i)?),
             Device::Wgpu(i) => Storage::Wgpu(WgpuStorage::full(value, n, dtype, i)?),
         })

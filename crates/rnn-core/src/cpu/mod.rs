@@ -83,28 +83,15 @@ impl CpuStorage {
         self.len() == 0
     }
 
-    /// `n` copies of `value` converted to `dtype`.
-    pub fn full(value: f64, n: usize, dtype: DType) -> CpuStorage {
-        fn fill<T: WithDType>(value: f64, n: usize) -> CpuStorage {
-            T::into_storage(vec![T::from_f64(value); n])
-        }
-        match dtype {
-            DType::U8 => fill::<u8>(value, n),
-            DType::U32 => fill::<u32>(value, n),
-            DType::I64 => fill::<i64>(value, n),
-            DType::F16 => fill::<f16>(value, n),
-            DType::BF16 => fill::<bf16>(value, n),
-            DType::F32 => fill::<f32>(value, n),
-            DType::F64 => fill::<f64>(value, n),
-        }
-    }
-
-    /// Like `full`, but an allocation the machine cannot make is `Error::OutOfMemory`
-    /// rather than an abort (what tensor creation uses: the size comes from the user).
-    pub fn try_full(value: f64, n: usize, dtype: DType) -> Result<CpuStorage> {
+    /// `n` copies of `value` converted to `dtype`; an allocation the machine cannot make is
+    /// `Error::OutOfMemory` rather than an abort (the size comes from the user).
+    pub fn full(value: f64, n: usize, dtype: DType) -> Result<CpuStorage> {
         fn fill<T: WithDType>(value: f64, n: usize) -> Result<CpuStorage> {
-            let mut v = crate::error::try_vec(n)?;
-            v.resize(n, T::from_f64(value));
+            // Zeroed pages come for free from the allocator; only other values (-0.0 too) are written.
+            let mut v = parallel::zeroed_vec(n)?;
+            if value.to_bits() != 0 {
+                v.fill(T::from_f64(value));
+            }
             Ok(T::into_storage(v))
         }
         match dtype {

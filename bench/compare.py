@@ -39,6 +39,20 @@ def load(path):
     return {r["name"]: r for r in data}
 
 
+def load_best(paths):
+    """Records from one or more runs (comma-separated paths), keeping each workload's best
+    value: the highest throughput or the lowest time. Noise on a shared machine only ever
+    slows a run down, so the best of a few runs is the most repeatable figure."""
+    best = {}
+    for path in paths.split(","):
+        for name, rec in load(path).items():
+            lower = rec.get("higher_is_better") is False or rec["metric"] == "ms"
+            old = best.get(name)
+            if old is None or (rec["value"] < old["value"] if lower else rec["value"] > old["value"]):
+                best[name] = rec
+    return best
+
+
 def goal_for(name):
     for prefix, op, threshold in GOALS:
         if name.startswith(prefix):
@@ -78,11 +92,11 @@ def render_markdown(rows):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("ours", help="JSON from `rnn bench cpu --json`")
-    p.add_argument("torch", help="JSON from `bench/cpu_bench.py --json`")
+    p.add_argument("ours", help="JSON from `rnn bench cpu --json` (several: comma-separated, best kept)")
+    p.add_argument("torch", help="JSON from `bench/cpu_bench.py --json` (several: comma-separated)")
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = p.parse_args()
-    ours, torch = load(args.ours), load(args.torch)
+    ours, torch = load_best(args.ours), load_best(args.torch)
     common = [n for n in ours if n in torch]
     rows = [row(n, ours[n], torch[n]) for n in common]
     print(HEADER + "\n")

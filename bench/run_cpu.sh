@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
 # Build rnn, run the CPU benchmark for rnn and PyTorch, write bench/results/<date>-cpu-<machine>.md
+# The sides run alternately ROUNDS times (default 3); each workload's best run counts.
+# PyTorch runs twice per round: as installed, and with THP_MEM_ALLOC_ENABLE=1, which gives
+# its large buffers the same huge-page hint rnn uses, so the second table compares the
+# kernels without that allocation advantage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 threads=$(nproc)
 day=$(date +%F)
 tmp=$(mktemp -d /tmp/rnn-bench-cpu.XXXXXX)
-ours="$tmp/ours.json"
-theirs="$tmp/torch.json"
+rounds=${ROUNDS:-3}
 
 cargo build --release -p rnn-cli
-target/release/rnn bench cpu --json "$ours"
-python3 bench/cpu_bench.py --threads "$threads" --json "$theirs"
+ours="" theirs="" theirs_thp=""
+for round in $(seq 1 "$rounds"); do
+    echo "== round $round of $rounds"
+    target/release/rnn bench cpu --json "$tmp/ours-$round.json"
+    python3 bench/cpu_bench.py --threads "$threads" --json "$tmp/torch-$round.json"
+    THP_MEM_ALLOC_ENABLE=1 python3 bench/cpu_bench.py --threads "$threads" --json "$tmp/torch-thp-$round.json"
+    ours="${ours:+$ours,}$tmp/ours-$round.json"
+    theirs="${theirs:+$theirs,}$tmp/torch-$round.json"
+    theirs_thp="${theirs_thp:+$theirs_thp,}$tmp/torch-thp-$round.json"
+done
 
 # sed reads all of lscpu's output (no early exit), so pipefail cannot trip on SIGPIPE.
 model=$(lscpu | sed -n '0,/^Model name:/s/^Model name:[[:space:]]*//p')
@@ -29,8 +40,15 @@ mkdir -p bench/results
     echo "- rustc: $(rustc --version)"
     echo "- torch: $(python3 -c 'import torch; print(torch.__version__)')"
     echo "- threads: ${threads}"
+    echo "- rounds: ${rounds}, run alternately; each workload's best round is shown"
+    echo
+    echo "## Against PyTorch as installed (the goals)"
     echo
     python3 bench/compare.py "$ours" "$theirs" --markdown
+    echo
+    echo "## Against PyTorch with THP_MEM_ALLOC_ENABLE=1 (huge pages for both)"
+    echo
+    python3 bench/compare.py "$ours" "$theirs_thp" --markdown
 } > "$out"
 
 cat "$out"

@@ -86,11 +86,3 @@ pub(crate) fn try_vec<T>(n: usize) -> Result<Vec<T>> {
     v.try_reserve_exact(n).map_err(|_| Error::host_out_of_memory(n.saturating_mul(std::mem::size_of::<T>())))?;
     Ok(v)
 }
-
-/// Returns early with an [`Error::InvalidArgument`].
-#[macro_export]
-macro_rules! bail {
-    ($op:expr, $($arg:tt)*) => {
-        return Err($crate::Error::InvalidArgument { op: $op, msg: format!($($arg)*) })
-    };
-}

@@ -109,11 +109,6 @@ impl CpuStorage {
         T::slice_of(self).ok_or(Error::DTypeMismatch { op: "as_slice", lhs: self.dtype(), rhs: T::DTYPE })
     }
 
-    /// Every element widened to f64 (in storage order).
-    pub fn to_f64_vec(&self) -> Vec<f64> {
-        cpu_each!(self, v => v.iter().map(|x| x.to_f64()).collect())
-    }
-
     /// Index values (any integer dtype) as usize, with negative values reported.
     pub(crate) fn indices_at(&self, op: &'static str, offsets: impl Iterator<Item = usize>) -> Result<Vec<i64>> {
         match self {

@@ -229,7 +229,8 @@ fn unsupported_dtype() {
 
 #[test]
 fn devices() {
-    let backends = [(Device::Cuda(0), "cuda", cfg!(feature = "cuda")), (Device::Wgpu(0), "wgpu", cfg!(feature = "wgpu"))];
+    let backends =
+        [(Device::Cuda(0), "cuda", cfg!(feature = "cuda")), (Device::Wgpu(0), "wgpu", cfg!(feature = "wgpu"))];
     for (device, feature, compiled) in backends {
         if compiled {
             continue; // the real backend decides; covered by the GPU test runs

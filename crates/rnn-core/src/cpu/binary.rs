@@ -13,24 +13,9 @@ fn is_scalar(l: &Layout) -> bool {
     l.strides().iter().zip(l.dims()).all(|(&s, &d)| s == 0 || d == 1)
 }
 
-/// `f(a[i], b[i])` for every element of two same-shape layouts.
+/// `f(a[i], b[i])` for every element of two same-shape layouts; `f` costs `work` units per
+/// element (see `parallel::PAR_WORK`).
 pub fn zip_map<T, U, V>(
-    a: &[T],
-    la: &Layout,
-    b: &[U],
-    lb: &Layout,
-    f: impl Fn(T, U) -> V + Sync + Send,
-) -> Result<Vec<V>>
-where
-    T: Copy + Sync,
-    U: Copy + Sync,
-    V: Copy + bytemuck::Zeroable + Send,
-{
-    zip_map_with_work(1, (a, la), (b, lb), f)
-}
-
-/// `zip_map` for an `f` that costs `work` units per element (see `parallel::PAR_WORK`).
-pub fn zip_map_with_work<T, U, V>(
     work: usize,
     (a, la): (&[T], &Layout),
     (b, lb): (&[U], &Layout),
@@ -127,7 +112,7 @@ impl BinaryVisitor for CpuBinary<'_> {
         macro_rules! arm {
             ($($v:ident),*) => {
                 match (a, b) {
-                    $((CpuStorage::$v(a), CpuStorage::$v(b)) => CpuStorage::$v(zip_map_with_work(work, (a, la), (b, lb), K::f)?),)*
+                    $((CpuStorage::$v(a), CpuStorage::$v(b)) => CpuStorage::$v(zip_map(work, (a, la), (b, lb), K::f)?),)*
                     _ => return Err(Error::DTypeMismatch { op: K::NAME, lhs: a.dtype(), rhs: b.dtype() }),
                 }
             };
@@ -146,12 +131,12 @@ impl CpuStorage {
             ($($v:ident),*) => {
                 match (self, rhs) {
                     $((CpuStorage::$v(a), CpuStorage::$v(b)) => match op {
-                        CmpOp::Eq => zip_map(a, la, b, lb, |x, y| (x == y) as u8),
-                        CmpOp::Ne => zip_map(a, la, b, lb, |x, y| (x != y) as u8),
-                        CmpOp::Lt => zip_map(a, la, b, lb, |x, y| (x < y) as u8),
-                        CmpOp::Le => zip_map(a, la, b, lb, |x, y| (x <= y) as u8),
-                        CmpOp::Gt => zip_map(a, la, b, lb, |x, y| (x > y) as u8),
-                        CmpOp::Ge => zip_map(a, la, b, lb, |x, y| (x >= y) as u8),
+                        CmpOp::Eq => zip_map(1, (a, la), (b, lb), |x, y| (x == y) as u8),
+                        CmpOp::Ne => zip_map(1, (a, la), (b, lb), |x, y| (x != y) as u8),
+                        CmpOp::Lt => zip_map(1, (a, la), (b, lb), |x, y| (x < y) as u8),
+                        CmpOp::Le => zip_map(1, (a, la), (b, lb), |x, y| (x <= y) as u8),
+                        CmpOp::Gt => zip_map(1, (a, la), (b, lb), |x, y| (x > y) as u8),
+                        CmpOp::Ge => zip_map(1, (a, la), (b, lb), |x, y| (x >= y) as u8),
                     }?,)*
                     _ => return Err(Error::DTypeMismatch { op: op.name(), lhs: self.dtype(), rhs: rhs.dtype() }),
                 }

@@ -20,6 +20,7 @@ mod device;
 mod display;
 mod dtype;
 mod error;
+pub mod gradcheck;
 mod grad_fns;
 mod layout;
 mod ndarray_conv;

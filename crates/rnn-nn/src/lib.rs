@@ -1,17 +1,24 @@
-//! Layers, losses and optimizers built on `rnn-core` tensors.
+//! Layers, losses, optimizers and initializers built on `rnn-core` tensors.
 //!
-//! This crate starts small: the full layer set arrives with the training API.
+//! ```
+//! use rnn_nn::{Linear, Module, VarBuilder};
+//! # fn main() -> rnn_core::Result<()> {
+//! let mut vb = VarBuilder::cpu(42);
+//! let layer = Linear::new(4, 3, &mut vb)?;
+//! let x = rnn_core::Tensor::ones((2, 4), rnn_core::DType::F32, vb.device())?;
+//! assert_eq!(layer.forward(&x)?.dims(), &[2, 3]);
+//! # Ok(()) }
+//! ```
 
-use rnn_core::{Result, Tensor};
+mod activation;
+mod init;
+pub mod layers;
+pub mod loss;
+mod module;
+pub mod optim;
 
-/// Cross entropy from logits `[batch, classes]` and class ids `[batch]`, averaged.
-pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    let log_probs = logits.log_softmax(-1)?;
-    let picked = log_probs.gather(&targets.unsqueeze(1)?, 1)?;
-    picked.mean_all()?.neg()
-}
-
-/// Mean squared error.
-pub fn mse(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
-    prediction.sub(target)?.sqr()?.mean_all()
-}
+pub use activation::{leaky_relu, Activation, SWISH};
+pub use init::{fans, Init, VarBuilder};
+pub use layers::*;
+pub use loss::{cross_entropy, mse};
+pub use module::{prefixed, Module, Sequential};

@@ -1,0 +1,1 @@
+//! Optimizers (in progress)

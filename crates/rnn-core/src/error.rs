@@ -56,6 +56,15 @@ pub enum Error {
     #[error("out of memory: requested {requested} bytes, {free} free of {total}")]
     OutOfMemory { requested: usize, free: usize, total: usize },
 
+    /// Reading or writing a file failed; `path` names it, `msg` is the OS error.
+    #[error("{path}: {msg}")]
+    Io { path: String, msg: String },
+
+    /// A file was read but its contents are not what they claim to be (bad magic number,
+    /// truncated, sizes that disagree, a checkpoint for another model).
+    #[error("{path}: {msg}")]
+    BadFile { path: String, msg: String },
+
     #[error("{0}")]
     Msg(String),
 }
@@ -65,6 +74,16 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl Error {
     pub fn invalid(op: &'static str, msg: impl Into<String>) -> Self {
         Error::InvalidArgument { op, msg: msg.into() }
+    }
+
+    /// An I/O error on `path`.
+    pub fn io(path: impl AsRef<std::path::Path>, err: std::io::Error) -> Self {
+        Error::Io { path: path.as_ref().display().to_string(), msg: err.to_string() }
+    }
+
+    /// A file whose contents are invalid.
+    pub fn bad_file(path: impl AsRef<std::path::Path>, msg: impl Into<String>) -> Self {
+        Error::BadFile { path: path.as_ref().display().to_string(), msg: msg.into() }
     }
 
     /// A host allocation of `requested` bytes failed (free and total memory from

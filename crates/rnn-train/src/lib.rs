@@ -1,2 +1,11 @@
-//! The Keras-like training API (Network, TrainingConfig, datasets). It starts empty and is
-//! filled in by the training work; the crate exists so the workspace has its final shape.
+//! The training stack of `rnn`: the Keras-like `Network` builder, `TrainingConfig`, the
+//! training loop with progress output, metrics and history, datasets (MNIST IDX files and a
+//! built-in procedurally drawn digits set) and safetensors checkpoints.
+
+pub mod checkpoint;
+pub mod data;
+mod history;
+pub mod plot;
+pub mod progress;
+
+pub use history::History;

@@ -1,8 +1,10 @@
 //! The `rnn` command: `devices`, `bench cpu`, `train`.
 
 mod bench_cpu;
+mod bench_train;
 mod devices;
 mod timing;
+mod train;
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -13,9 +15,6 @@ use clap::{Args, Parser, Subcommand};
 
 /// Every command returns this; `main` prints the error and exits non-zero.
 pub type CliResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
-/// Exit status of a command that exists but is not implemented in this version.
-const EXIT_NOT_AVAILABLE: u8 = 2;
 
 #[derive(Parser)]
 #[command(name = "rnn", version, about = "Deep learning in Rust: devices, benchmarks, training")]
@@ -31,17 +30,34 @@ enum Command {
     /// Run a benchmark suite.
     #[command(subcommand)]
     Bench(BenchSuite),
-    /// Train a model (not available in this version).
-    Train {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-        args: Vec<String>,
-    },
+    /// Train a digit classifier (built-in drawn digits by default, or MNIST) on the best
+    /// device; writes loss/accuracy curves and a checkpoint.
+    Train(train::TrainArgs),
 }
 
 #[derive(Subcommand)]
 enum BenchSuite {
     /// The CPU workloads of bench/cpu_bench.py (f32 matmul, elementwise, reductions, MLP step).
     Cpu(CpuBenchArgs),
+    /// Epoch time of the `rnn train` MLP and CNN through the Network API (bench/train_bench.py
+    /// is the PyTorch twin).
+    Train(TrainBenchArgs),
+}
+
+#[derive(Args)]
+struct TrainBenchArgs {
+    /// Write the results as a JSON list of records (the format of bench/train_bench.py --json).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Small sizes for a smoke test (numbers are not comparable to a full run).
+    #[arg(long)]
+    quick: bool,
+    /// Worker threads (default: all cores, or RAYON_NUM_THREADS).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// `cpu`, `cuda:N` or `wgpu:N` (default: the best available).
+    #[arg(long)]
+    device: Option<String>,
 }
 
 #[derive(Args)]
@@ -72,7 +88,8 @@ fn run(command: Command) -> CliResult<ExitCode> {
     match command {
         Command::Devices => devices::run(&mut io::stdout().lock())?,
         Command::Bench(BenchSuite::Cpu(args)) => bench_cpu(&args)?,
-        Command::Train { .. } => return Ok(train_not_available()),
+        Command::Bench(BenchSuite::Train(args)) => bench_train(&args)?,
+        Command::Train(args) => train::run(&args)?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -85,6 +102,24 @@ fn bench_cpu(args: &CpuBenchArgs) -> CliResult<()> {
     let json_file = args.json.as_deref().map(create_file).transpose()?;
     let sizes = if args.quick { bench_cpu::Sizes::QUICK } else { bench_cpu::Sizes::FULL };
     let records = bench_cpu::run(sizes, args.quick, &mut io::stdout().lock())?;
+    if let (Some(file), Some(path)) = (json_file, &args.json) {
+        write_json(file, path, &records)?;
+        eprintln!("wrote {} records to {}", records.len(), path.display());
+    }
+    Ok(())
+}
+
+fn bench_train(args: &TrainBenchArgs) -> CliResult<()> {
+    if let Some(threads) = args.threads {
+        set_threads(threads)?;
+    }
+    let device = match &args.device {
+        Some(name) => rnn::Device::parse(name)?,
+        None => rnn::Device::best()?,
+    };
+    let json_file = args.json.as_deref().map(create_file).transpose()?;
+    let sizes = if args.quick { bench_train::TrainSizes::QUICK } else { bench_train::TrainSizes::FULL };
+    let records = bench_train::run(sizes, device, &mut io::stdout().lock())?;
     if let (Some(file), Some(path)) = (json_file, &args.json) {
         write_json(file, path, &records)?;
         eprintln!("wrote {} records to {}", records.len(), path.display());
@@ -110,13 +145,4 @@ fn write_json(mut file: File, path: &Path, records: &[bench_cpu::Record]) -> Cli
     let text = serde_json::to_string_pretty(records)?;
     writeln!(file, "{text}").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(())
-}
-
-fn train_not_available() -> ExitCode {
-    eprintln!(
-        "rnn train: the training command is not available in this version of rnn \
-         (version {}); the training API is still being written.",
-        env!("CARGO_PKG_VERSION")
-    );
-    ExitCode::from(EXIT_NOT_AVAILABLE)
 }

@@ -54,11 +54,54 @@ fn devices_lists_the_cpu() {
     assert!(text(&out.stdout).to_lowercase().contains("cpu"), "{}", text(&out.stdout));
 }
 
+fn temp_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()))
+}
+
 #[test]
-fn train_says_it_is_not_available() {
-    let out = rnn(&["train", "--epochs", "3"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("not available"), "{}", text(&out.stderr));
+fn train_writes_curves_checkpoint_and_history() {
+    let out_dir = temp_dir("train-out");
+    let out = rnn(&["train", "--samples", "600", "--epochs", "2", "--quiet", "--out", out_dir.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("device: cpu"), "{stdout}");
+    let accuracy_line = stdout.lines().find(|l| l.starts_with("test accuracy:")).expect("no accuracy line");
+    let accuracy: f64 = accuracy_line["test accuracy:".len()..].trim().split('%').next().unwrap().parse().unwrap();
+    assert!(accuracy > 50.0, "{accuracy_line}");
+    let svg = std::fs::read_to_string(out_dir.join("curves.svg")).unwrap();
+    assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"), "not an SVG");
+    let history: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("history.json")).unwrap()).unwrap();
+    assert_eq!(history["train_loss"].as_array().unwrap().len(), 2);
+    assert!(std::fs::metadata(out_dir.join("model.safetensors")).unwrap().len() > 535_818 * 4);
+    std::fs::remove_dir_all(&out_dir).ok();
+}
+
+#[test]
+fn train_reports_bad_arguments_cleanly() {
+    for (args, expected) in [
+        (vec!["train", "--data", "imagenet"], "unknown --data"),
+        (vec!["train", "--data", "mnist:/nonexistent-mnist-dir"], "nonexistent-mnist-dir"),
+        (vec!["train", "--device", "tpu:0"], "unknown device"),
+        (vec!["train", "--batch-size", "0", "--samples", "100"], "batch_size"),
+    ] {
+        let out = rnn(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected) && !stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn quick_train_bench_writes_both_models() {
+    let json_path = temp_dir("bench-train").with_extension("json");
+    let out = rnn(&["bench", "train", "--quick", "--json", json_path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    let records: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    std::fs::remove_file(&json_path).ok();
+    let names: Vec<&str> = records.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert!(names[0].starts_with("train_mlp_") && names[1].starts_with("train_cnn_"), "{names:?}");
+    assert!(records.iter().all(|r| r["value"].as_f64().unwrap() > 0.0 && r["suite"] == "train"));
 }
 
 #[test]

@@ -20,6 +20,7 @@ mod device;
 mod display;
 mod dtype;
 mod error;
+pub mod fused_update;
 pub mod gradcheck;
 mod grad_fns;
 mod layout;

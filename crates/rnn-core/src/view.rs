@@ -124,6 +124,13 @@ impl Tensor {
         Ok(Tensor::from_parts(storage, Layout::contiguous(self.shape().clone()), Some(Op::Copy(self.clone()))))
     }
 
+    /// A detached copy with its own storage: later `assign`s to either tensor do not affect
+    /// the other (a snapshot, e.g. of the best weights during training).
+    pub fn deep_copy(&self) -> Result<Tensor> {
+        let storage = self.storage().copy_strided(self.layout())?;
+        Ok(Tensor::from_parts(storage, Layout::contiguous(self.shape().clone()), None))
+    }
+
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype() {
             return Ok(self.clone());

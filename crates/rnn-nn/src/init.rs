@@ -12,16 +12,30 @@ pub enum Init {
     Zeros,
     Ones,
     Constant(f64),
-    Uniform { lo: f64, hi: f64 },
-    Normal { mean: f64, std: f64 },
+    Uniform {
+        lo: f64,
+        hi: f64,
+    },
+    Normal {
+        mean: f64,
+        std: f64,
+    },
     /// Glorot: U(±gain·sqrt(6 / (fan_in + fan_out))).
-    XavierUniform { gain: f64 },
+    XavierUniform {
+        gain: f64,
+    },
     /// Glorot: N(0, gain·sqrt(2 / (fan_in + fan_out))).
-    XavierNormal { gain: f64 },
+    XavierNormal {
+        gain: f64,
+    },
     /// He, fan_in mode: U(±gain·sqrt(3 / fan_in)); gain sqrt(2) suits ReLU.
-    KaimingUniform { gain: f64 },
+    KaimingUniform {
+        gain: f64,
+    },
     /// He, fan_in mode: N(0, gain / sqrt(fan_in)).
-    KaimingNormal { gain: f64 },
+    KaimingNormal {
+        gain: f64,
+    },
     /// PyTorch's default for Linear/Conv weights and biases: U(±1/sqrt(fan_in)).
     FanInUniform,
 }

@@ -20,5 +20,8 @@ pub mod optim;
 pub use activation::{leaky_relu, Activation, SWISH};
 pub use init::{fans, Init, VarBuilder};
 pub use layers::*;
-pub use loss::{cross_entropy, mse};
+pub use loss::{
+    binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, cross_entropy_with, huber_loss, l1_loss, mse,
+    nll_loss, CrossEntropyOptions, Loss, Reduction,
+};
 pub use module::{prefixed, Module, Sequential};

@@ -1,11 +1,39 @@
 //! The training stack of `rnn`: the Keras-like `Network` builder, `TrainingConfig`, the
 //! training loop with progress output, metrics and history, datasets (MNIST IDX files and a
 //! built-in procedurally drawn digits set) and safetensors checkpoints.
+//!
+//! ```
+//! use rnn_train::{ActivationFunction, LayerBuilder, LossFunction, Network, TrainingConfig};
+//! # fn main() -> rnn_core::Result<()> {
+//! let data = rnn_train::data::synthetic_digits(512, 7)?;
+//! let mut net = Network::with_input_size(784)?
+//!     .add_layer(LayerBuilder::dense(32).activation(ActivationFunction::ReLU))
+//!     .add_layer(LayerBuilder::dense(10).activation(ActivationFunction::Softmax))
+//!     .loss(LossFunction::CategoricalCrossEntropy)
+//!     .build()?;
+//! let config = TrainingConfig { max_epochs: 2, verbose: false, use_gpu: false, ..Default::default() };
+//! let history = net.train(&data.inputs, &data.labels, &config)?;
+//! assert_eq!(history.train_loss.len(), 2);
+//! # Ok(()) }
+//! ```
 
 pub mod checkpoint;
+mod config;
 pub mod data;
+mod fit;
 mod history;
+mod inputs;
+mod model;
+mod network;
+mod objective;
+mod persist;
 pub mod plot;
 pub mod progress;
+mod spec;
 
+pub use config::{EarlyStopping, Monitor, TrainingConfig};
+pub use fit::Evaluation;
 pub use history::History;
+pub use inputs::IntoTensor;
+pub use network::{Network, NetworkBuilder, DEFAULT_INIT_SEED};
+pub use spec::{ActivationFunction, LayerBuilder, LayerKind, LossFunction};

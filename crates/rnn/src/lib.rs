@@ -1,7 +1,30 @@
 //! `rnn`: tensors with autograd on the CPU, CUDA GPUs and wgpu GPUs, plus layers and a
-//! training API. This facade re-exports the crates users need.
+//! Keras-like training API. This facade re-exports the crates users need.
+//!
+//! ```no_run
+//! use rnn::{ActivationFunction, LayerBuilder, LossFunction, Network, TrainingConfig};
+//! # fn main() -> rnn::Result<()> {
+//! let mut network = Network::with_input_size(784)?
+//!     .add_layer(LayerBuilder::dense(128).activation(ActivationFunction::ReLU))
+//!     .add_layer(LayerBuilder::dense(10).activation(ActivationFunction::Softmax))
+//!     .loss(LossFunction::CategoricalCrossEntropy)
+//!     .build()?;
+//! let data = rnn::train::data::synthetic_digits(2_000, 1)?;
+//! let history = network.train(&data.inputs, &data.labels, &TrainingConfig::default())?;
+//! println!("final loss {:?}", history.train_loss.last());
+//! # Ok(()) }
+//! ```
+
+pub mod gpu;
 
 pub use ndarray;
 pub use rnn_core::*;
 pub use rnn_nn as nn;
+pub use rnn_nn::optim::OptimizerConfig;
 pub use rnn_train as train;
+pub use rnn_train::{
+    ActivationFunction, EarlyStopping, Evaluation, History, LayerBuilder, LossFunction, Monitor, Network,
+    NetworkBuilder, TrainingConfig,
+};
+
+pub use gpu::{GpuDevice, GpuDeviceType, GpuManager};

@@ -1,1 +1,333 @@
-//! (in progress)
+//! Normalization layers: BatchNorm1d / BatchNorm2d (per-channel statistics over the batch,
+//! running statistics for evaluation) and LayerNorm (statistics over the last dims).
+
+use rnn_core::{no_grad, Error, Result, Tensor};
+
+use crate::init::bad_config;
+use crate::{Init, Module, VarBuilder};
+
+/// Options of a batch normalization layer; the defaults are PyTorch's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BatchNormConfig {
+    /// Added to the variance before the square root.
+    pub eps: f64,
+    /// Weight of the new batch statistic in the running average:
+    /// `running = (1 - momentum) * running + momentum * batch`.
+    pub momentum: f64,
+    /// Learnable per-channel scale ("weight", ones) and shift ("bias", zeros).
+    pub affine: bool,
+}
+
+impl Default for BatchNormConfig {
+    fn default() -> Self {
+        BatchNormConfig { eps: 1e-5, momentum: 0.1, affine: true }
+    }
+}
+
+/// The state and forward pass shared by BatchNorm1d and BatchNorm2d: the channel dim is 1,
+/// the statistics are taken over every other dim.
+#[derive(Clone, Debug)]
+struct BatchNorm {
+    layer: &'static str,
+    weight: Option<Tensor>,
+    bias: Option<Tensor>,
+    running_mean: Tensor,
+    running_var: Tensor,
+    config: BatchNormConfig,
+    training: bool,
+}
+
+impl BatchNorm {
+    fn new(layer: &'static str, num_features: usize, config: BatchNormConfig, vb: &mut VarBuilder) -> Result<Self> {
+        if num_features == 0 {
+            return Err(bad_config(layer, "num_features must be > 0"));
+        }
+        let (weight, bias) = match config.affine {
+            true => (Some(vb.var(&[num_features], Init::Ones)?), Some(vb.var(&[num_features], Init::Zeros)?)),
+            false => (None, None),
+        };
+        let running_mean = vb.buffer(&[num_features], 0.0)?;
+        let running_var = vb.buffer(&[num_features], 1.0)?;
+        Self::from_parts(layer, weight, bias, running_mean, running_var, config)
+    }
+
+    fn from_parts(
+        layer: &'static str,
+        weight: Option<Tensor>,
+        bias: Option<Tensor>,
+        running_mean: Tensor,
+        running_var: Tensor,
+        config: BatchNormConfig,
+    ) -> Result<Self> {
+        if !(config.eps > 0.0) || !(0.0..=1.0).contains(&config.momentum) {
+            let msg = format!("eps {} must be > 0 and momentum {} in [0, 1]", config.eps, config.momentum);
+            return Err(bad_config(layer, msg));
+        }
+        if running_mean.rank() != 1 {
+            let shape = running_mean.shape().clone();
+            return Err(Error::RankMismatch { op: layer, expected: 1, got: running_mean.rank(), shape });
+        }
+        let all_match = [Some(&running_var), weight.as_ref(), bias.as_ref()].into_iter().flatten();
+        for t in all_match {
+            if t.shape() != running_mean.shape() {
+                return Err(Error::ShapeMismatch {
+                    op: layer,
+                    lhs: running_mean.shape().clone(),
+                    rhs: t.shape().clone(),
+                });
+            }
+        }
+        let config = BatchNormConfig { affine: weight.is_some() || bias.is_some(), ..config };
+        Ok(BatchNorm { layer, weight, bias, running_mean, running_var, config, training: true })
+    }
+
+    fn num_features(&self) -> usize {
+        self.running_mean.dims()[0]
+    }
+
+    /// Normalizes `x` of rank in `ranks` with channels at dim 1.
+    fn forward(&self, x: &Tensor, ranks: &[usize]) -> Result<Tensor> {
+        if !ranks.contains(&x.rank()) {
+            let msg = format!("expected an input of rank {ranks:?}, got shape {:?}", x.shape());
+            return Err(Error::invalid(self.layer, msg));
+        }
+        let c = self.num_features();
+        if x.dims()[1] != c {
+            let msg = format!("expected {c} channels at dim 1, got input of shape {:?}", x.shape());
+            return Err(Error::invalid(self.layer, msg));
+        }
+        // Per-channel tensors broadcast as [1, C, 1, ..].
+        let mut channel_shape = vec![1; x.rank()];
+        channel_shape[1] = c;
+        let per_channel = |t: &Tensor| t.reshape(channel_shape.clone());
+        let (centered, var) = match self.training {
+            true => self.batch_statistics(x)?,
+            false => (x.sub(&per_channel(&self.running_mean)?)?, per_channel(&self.running_var)?),
+        };
+        let mut y = centered.div(&var.add_scalar(self.config.eps)?.sqrt()?)?;
+        if let Some(w) = &self.weight {
+            y = y.mul(&per_channel(w)?)?;
+        }
+        if let Some(b) = &self.bias {
+            y = y.add(&per_channel(b)?)?;
+        }
+        Ok(y)
+    }
+
+    /// `x - mean` and the biased variance over all dims but the channels (kept as size 1),
+    /// for the normalization; updates the running statistics with the unbiased variance, as
+    /// PyTorch does.
+    fn batch_statistics(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
+        let dims: Vec<usize> = (0..x.rank()).filter(|&d| d != 1).collect();
+        let count: usize = dims.iter().map(|&d| x.dims()[d]).product();
+        if count < 2 {
+            let msg =
+                format!("expected more than 1 value per channel when training, got input of shape {:?}", x.shape());
+            return Err(Error::invalid(self.layer, msg));
+        }
+        let mean = x.mean_keepdim(dims.clone())?;
+        let centered = x.sub(&mean)?;
+        let var = centered.sqr()?.mean_keepdim(dims)?;
+        let m = self.config.momentum;
+        no_grad(|| -> Result<()> {
+            let c = self.num_features();
+            let unbiased = var.reshape(c)?.mul_scalar(count as f64 / (count as f64 - 1.0))?;
+            let blend = |running: &Tensor, batch: &Tensor| running.mul_scalar(1.0 - m)?.add(&batch.mul_scalar(m)?);
+            self.running_mean.assign(&blend(&self.running_mean, &mean.reshape(c)?)?)?;
+            self.running_var.assign(&blend(&self.running_var, &unbiased)?)
+        })?;
+        Ok((centered, var))
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let w = self.weight.iter().map(|w| ("weight".to_string(), w.clone()));
+        w.chain(self.bias.iter().map(|b| ("bias".to_string(), b.clone()))).collect()
+    }
+
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        vec![
+            ("running_mean".to_string(), self.running_mean.clone()),
+            ("running_var".to_string(), self.running_var.clone()),
+        ]
+    }
+}
+
+/// Defines a batch normalization layer: a named wrapper around `BatchNorm` that accepts
+/// inputs of the given ranks.
+macro_rules! batch_norm_layer {
+    ($(#[$doc:meta])* $name:ident, $ranks:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug)]
+        pub struct $name(BatchNorm);
+
+        impl $name {
+            /// PyTorch's defaults: eps 1e-5, momentum 0.1, weight ones, bias zeros, running
+            /// mean zeros, running variance ones; in training mode.
+            pub fn new(num_features: usize, vb: &mut VarBuilder) -> Result<Self> {
+                Self::with_config(num_features, BatchNormConfig::default(), vb)
+            }
+
+            pub fn with_config(num_features: usize, config: BatchNormConfig, vb: &mut VarBuilder) -> Result<Self> {
+                Ok($name(BatchNorm::new(stringify!($name), num_features, config, vb)?))
+            }
+
+            /// A layer from existing tensors, all `[C]`; it is affine when a weight or a bias
+            /// is given (`config.affine` is ignored). The running statistics are updated in place.
+            pub fn from_tensors(
+                weight: Option<Tensor>,
+                bias: Option<Tensor>,
+                running_mean: Tensor,
+                running_var: Tensor,
+                config: BatchNormConfig,
+            ) -> Result<Self> {
+                let layer = stringify!($name);
+                Ok($name(BatchNorm::from_parts(layer, weight, bias, running_mean, running_var, config)?))
+            }
+
+            pub fn num_features(&self) -> usize {
+                self.0.num_features()
+            }
+
+            pub fn config(&self) -> &BatchNormConfig {
+                &self.0.config
+            }
+
+            pub fn is_training(&self) -> bool {
+                self.0.training
+            }
+
+            pub fn running_mean(&self) -> &Tensor {
+                &self.0.running_mean
+            }
+
+            pub fn running_var(&self) -> &Tensor {
+                &self.0.running_var
+            }
+        }
+
+        impl Module for $name {
+            fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+                self.0.forward(xs, $ranks)
+            }
+
+            fn named_parameters(&self) -> Vec<(String, Tensor)> {
+                self.0.named_parameters()
+            }
+
+            fn named_buffers(&self) -> Vec<(String, Tensor)> {
+                self.0.named_buffers()
+            }
+
+            fn set_training(&mut self, training: bool) {
+                self.0.training = training;
+            }
+        }
+    };
+}
+
+batch_norm_layer!(
+    /// Batch normalization of `[N, C]` or `[N, C, L]` inputs, per channel C.
+    BatchNorm1d,
+    &[2, 3]
+);
+batch_norm_layer!(
+    /// Batch normalization of `[N, C, H, W]` inputs, per channel C.
+    BatchNorm2d,
+    &[4]
+);
+
+/// Options of a `LayerNorm`; the defaults are PyTorch's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerNormConfig {
+    pub eps: f64,
+    /// A learnable elementwise scale ("weight", ones) of the normalized shape.
+    pub elementwise_affine: bool,
+    /// A learnable elementwise shift ("bias", zeros); only with `elementwise_affine`.
+    pub bias: bool,
+}
+
+impl Default for LayerNormConfig {
+    fn default() -> Self {
+        LayerNormConfig { eps: 1e-5, elementwise_affine: true, bias: true }
+    }
+}
+
+/// Normalizes over the last dims (`normalized_shape`) of each input, with the biased
+/// variance, then scales and shifts elementwise.
+#[derive(Clone, Debug)]
+pub struct LayerNorm {
+    normalized_shape: Vec<usize>,
+    weight: Option<Tensor>,
+    bias: Option<Tensor>,
+    eps: f64,
+}
+
+impl LayerNorm {
+    pub fn new(normalized_shape: &[usize], vb: &mut VarBuilder) -> Result<Self> {
+        Self::with_config(normalized_shape, LayerNormConfig::default(), vb)
+    }
+
+    pub fn with_config(normalized_shape: &[usize], config: LayerNormConfig, vb: &mut VarBuilder) -> Result<Self> {
+        let weight = config.elementwise_affine.then(|| vb.var(normalized_shape, Init::Ones)).transpose()?;
+        let with_bias = config.elementwise_affine && config.bias;
+        let bias = with_bias.then(|| vb.var(normalized_shape, Init::Zeros)).transpose()?;
+        Self::from_tensors(normalized_shape, weight, bias, config.eps)
+    }
+
+    /// A layer from existing tensors, each of `normalized_shape`.
+    pub fn from_tensors(
+        normalized_shape: &[usize],
+        weight: Option<Tensor>,
+        bias: Option<Tensor>,
+        eps: f64,
+    ) -> Result<Self> {
+        if normalized_shape.is_empty() || normalized_shape.contains(&0) || !(eps > 0.0) {
+            let msg = format!("normalized_shape {normalized_shape:?} must be non-empty with sizes > 0, eps {eps} > 0");
+            return Err(bad_config("LayerNorm", msg));
+        }
+        for t in [weight.as_ref(), bias.as_ref()].into_iter().flatten() {
+            if t.dims() != normalized_shape {
+                return Err(Error::ShapeMismatch {
+                    op: "LayerNorm",
+                    lhs: normalized_shape.into(),
+                    rhs: t.shape().clone(),
+                });
+            }
+        }
+        Ok(LayerNorm { normalized_shape: normalized_shape.to_vec(), weight, bias, eps })
+    }
+
+    pub fn normalized_shape(&self) -> &[usize] {
+        &self.normalized_shape
+    }
+
+    pub fn eps(&self) -> f64 {
+        self.eps
+    }
+}
+
+impl Module for LayerNorm {
+    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        let k = self.normalized_shape.len();
+        if xs.rank() < k || xs.dims()[xs.rank() - k..] != self.normalized_shape[..] {
+            let msg = format!("expected an input ending in {:?}, got shape {:?}", self.normalized_shape, xs.shape());
+            return Err(Error::invalid("LayerNorm", msg));
+        }
+        let dims: Vec<usize> = (xs.rank() - k..xs.rank()).collect();
+        let centered = xs.sub(&xs.mean_keepdim(dims.clone())?)?;
+        let var = centered.sqr()?.mean_keepdim(dims)?;
+        let mut y = centered.div(&var.add_scalar(self.eps)?.sqrt()?)?;
+        if let Some(w) = &self.weight {
+            y = y.mul(w)?;
+        }
+        if let Some(b) = &self.bias {
+            y = y.add(b)?;
+        }
+        Ok(y)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let w = self.weight.iter().map(|w| ("weight".to_string(), w.clone()));
+        w.chain(self.bias.iter().map(|b| ("bias".to_string(), b.clone()))).collect()
+    }
+}

@@ -1,1 +1,142 @@
-//! (in progress)
+//! 2-D max and average pooling over `[N, C, H, W]` inputs: the input is unfolded into its
+//! windows (the same `unfold2d` as `Conv2d`, or a view when the windows tile the input), then
+//! reduced over the window dims.
+
+use rnn_core::{Result, Tensor};
+
+use super::conv::{tiles2d, unfold2d, Window2d};
+use crate::init::bad_config;
+use crate::Module;
+
+/// Options of a pooling layer besides its kernel; the defaults are PyTorch's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pool2dConfig {
+    /// `None` means the kernel size (non-overlapping windows).
+    pub stride: Option<(usize, usize)>,
+    /// Added on both sides of each spatial dim; at most half the kernel, as in PyTorch.
+    pub padding: (usize, usize),
+    /// Spacing of the window's elements; only `MaxPool2d` accepts a value other than 1.
+    pub dilation: (usize, usize),
+}
+
+impl Default for Pool2dConfig {
+    fn default() -> Self {
+        Pool2dConfig { stride: None, padding: (0, 0), dilation: (1, 1) }
+    }
+}
+
+/// The window of a pool, validated as PyTorch does (padding at most half the kernel, so no
+/// window lies entirely in the padding).
+fn pool_window(layer: &'static str, kernel: (usize, usize), config: &Pool2dConfig) -> Result<Window2d> {
+    let window = Window2d {
+        kernel,
+        stride: config.stride.unwrap_or(kernel),
+        padding: config.padding,
+        dilation: config.dilation,
+    };
+    window.validate(layer)?;
+    let (k, p) = (kernel, config.padding);
+    if p.0 > k.0 / 2 || p.1 > k.1 / 2 {
+        let msg = format!("padding {p:?} must be at most half of the kernel {k:?}");
+        return Err(bad_config(layer, msg));
+    }
+    Ok(window)
+}
+
+/// Reduces each window of `x` with `reduce`, which takes the tensor and the dims that span a
+/// window. Tiling windows (stride = kernel, the usual pool) are reduced in a view of `x`
+/// (`[N, C, Ho, kh, Wo, kw]`, dims 3 and 5) without copying; others in the unfolded input
+/// (`[N, C, taps, Ho * Wo]`, dim 2).
+fn pool(
+    layer: &'static str,
+    x: &Tensor,
+    window: &Window2d,
+    pad_value: f64,
+    reduce: impl Fn(&Tensor, &[usize]) -> Result<Tensor>,
+) -> Result<Tensor> {
+    if let Some(tiles) = tiles2d(layer, x, window, pad_value)? {
+        return reduce(&tiles, &[3, 5]);
+    }
+    let (cols, (ho, wo)) = unfold2d(layer, x, window, pad_value)?;
+    let (n, c) = (cols.dims()[0], cols.dims()[1]);
+    reduce(&cols, &[2])?.reshape((n, c, ho, wo))
+}
+
+/// Max over each window; padded positions count as -inf. When several elements of a window
+/// tie for the max, each receives the gradient (PyTorch picks one of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxPool2d {
+    window: Window2d,
+}
+
+impl MaxPool2d {
+    /// Non-overlapping `kernel` windows (stride = kernel), no padding.
+    pub fn new(kernel: (usize, usize)) -> Result<Self> {
+        Self::with_config(kernel, Pool2dConfig::default())
+    }
+
+    pub fn with_config(kernel: (usize, usize), config: Pool2dConfig) -> Result<Self> {
+        Ok(MaxPool2d { window: pool_window("MaxPool2d", kernel, &config)? })
+    }
+
+    pub fn kernel(&self) -> (usize, usize) {
+        self.window.kernel
+    }
+
+    pub fn stride(&self) -> (usize, usize) {
+        self.window.stride
+    }
+
+    pub fn padding(&self) -> (usize, usize) {
+        self.window.padding
+    }
+}
+
+impl Module for MaxPool2d {
+    /// `[N, C, H, W] -> [N, C, Ho, Wo]`.
+    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        pool("MaxPool2d", xs, &self.window, f64::NEG_INFINITY, |windows, dims| windows.max(dims))
+    }
+}
+
+/// Mean over each window. Padded positions count as zeros in the mean (PyTorch's default
+/// `count_include_pad=True`): every window divides by `kh * kw`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AvgPool2d {
+    window: Window2d,
+}
+
+impl AvgPool2d {
+    /// Non-overlapping `kernel` windows (stride = kernel), no padding.
+    pub fn new(kernel: (usize, usize)) -> Result<Self> {
+        Self::with_config(kernel, Pool2dConfig::default())
+    }
+
+    /// `config.dilation` must be (1, 1): PyTorch's AvgPool2d has no dilation either.
+    pub fn with_config(kernel: (usize, usize), config: Pool2dConfig) -> Result<Self> {
+        if config.dilation != (1, 1) {
+            let msg = format!("dilation {:?} is not supported, only (1, 1)", config.dilation);
+            return Err(bad_config("AvgPool2d", msg));
+        }
+        Ok(AvgPool2d { window: pool_window("AvgPool2d", kernel, &config)? })
+    }
+
+    pub fn kernel(&self) -> (usize, usize) {
+        self.window.kernel
+    }
+
+    pub fn stride(&self) -> (usize, usize) {
+        self.window.stride
+    }
+
+    pub fn padding(&self) -> (usize, usize) {
+        self.window.padding
+    }
+}
+
+impl Module for AvgPool2d {
+    /// `[N, C, H, W] -> [N, C, Ho, Wo]`.
+    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        pool("AvgPool2d", xs, &self.window, 0.0, |windows, dims| windows.mean(dims))
+    }
+}

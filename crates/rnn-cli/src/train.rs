@@ -1,0 +1,159 @@
+//! `rnn train`: trains a digit classifier (MLP or small CNN) on the built-in drawn digits
+//! or on MNIST IDX files, on the best device, and writes curves and a checkpoint.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use rnn::train::data::{load_mnist, synthetic_digits, Dataset, MnistSplit};
+use rnn::train::plot::plot_history;
+use rnn::{ActivationFunction, Device, LayerBuilder, LossFunction, Network, Tensor, TrainingConfig};
+
+use crate::CliResult;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModelKind {
+    /// 784-512-256-10 with ReLU.
+    Mlp,
+    /// conv(16, 3x3) - pool - conv(32, 3x3) - pool - dense(10).
+    Cnn,
+}
+
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    /// `builtin` (procedurally drawn 28x28 digits, no download) or `mnist:<dir>` (IDX files,
+    /// .gz or raw; with only the t10k files, the first 8,000 train and the last 2,000 test).
+    #[arg(long, default_value = "builtin")]
+    pub data: String,
+    #[arg(long, value_enum, default_value_t = ModelKind::Mlp)]
+    pub model: ModelKind,
+    #[arg(long, default_value_t = 5)]
+    pub epochs: usize,
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: usize,
+    /// Adam learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// `cpu`, `cuda:N` or `wgpu:N` (default: the best available, or RNN_GPU_DEVICE).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Folder for curves.svg, model.safetensors and history.json.
+    #[arg(long, default_value = "rnn-out")]
+    pub out: PathBuf,
+    /// Training samples drawn for the built-in data set (a fifth as many more for testing).
+    #[arg(long, default_value_t = 10_000)]
+    pub samples: usize,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// No progress output, only the final summary.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+pub fn run(args: &TrainArgs) -> CliResult<()> {
+    let device = match &args.device {
+        Some(name) => Device::parse(name)?,
+        None => Device::best()?,
+    };
+    device.check_available()?;
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
+    println!("device: {device}{}", if device.is_cpu() { " (no GPU selected or available)" } else { "" });
+    let (train, test) = load_data(args)?;
+    println!("data: {} ({} training, {} test samples)", train.name, train.len(), test.len());
+    let mut net = build_model(args.model, args.seed)?;
+    println!("{}", net.summary());
+    let config = TrainingConfig {
+        batch_size: args.batch_size,
+        max_epochs: args.epochs,
+        learning_rate: args.lr,
+        validation_split: 0.1,
+        seed: args.seed,
+        verbose: !args.quiet,
+        device: Some(device),
+        ..TrainingConfig::default()
+    };
+    let (x_train, x_test) = (shape_inputs(&train.inputs, args.model)?, shape_inputs(&test.inputs, args.model)?);
+    let history = net.train(&x_train, &train.labels, &config)?;
+    let eval = net.evaluate(&x_test, &test.labels)?;
+    let mean_rate = history.samples_per_sec.iter().sum::<f64>() / history.samples_per_sec.len().max(1) as f64;
+    println!(
+        "test accuracy: {:.2}%  test loss: {:.4}  ({:.0} samples/s, {:.1}s total)",
+        eval.accuracy.unwrap_or(f64::NAN) * 100.0,
+        eval.loss,
+        mean_rate,
+        history.epoch_times.iter().sum::<f64>()
+    );
+    write_outputs(&args.out, &net, &history)
+}
+
+fn load_data(args: &TrainArgs) -> CliResult<(Dataset, Dataset)> {
+    if args.data == "builtin" {
+        if args.samples < 10 {
+            return Err("--samples must be at least 10".into());
+        }
+        let train = synthetic_digits(args.samples, args.seed)?;
+        let test = synthetic_digits((args.samples / 5).max(10), args.seed.wrapping_add(1_000_003))?;
+        return Ok((train, test));
+    }
+    let Some(dir) = args.data.strip_prefix("mnist:") else {
+        return Err(format!("unknown --data '{}': use builtin or mnist:<dir>", args.data).into());
+    };
+    let dir = Path::new(dir);
+    match load_mnist(dir, MnistSplit::Train) {
+        Ok(train) => Ok((train, load_mnist(dir, MnistSplit::Test)?)),
+        Err(_) => {
+            let all = load_mnist(dir, MnistSplit::Test)?;
+            let n_train = all.len() * 4 / 5;
+            Ok(all.split_at(n_train)?)
+        }
+    }
+}
+
+/// The two models of the command; both end in a softmax over 10 classes.
+pub fn build_model(kind: ModelKind, seed: u64) -> rnn::Result<Network> {
+    use ActivationFunction::{ReLU, Softmax};
+    let builder = match kind {
+        ModelKind::Mlp => Network::with_input_size(784)?
+            .add_layer(LayerBuilder::dense(512).activation(ReLU))
+            .add_layer(LayerBuilder::dense(256).activation(ReLU)),
+        ModelKind::Cnn => Network::with_input_shape(&[1, 28, 28])?
+            .add_layer(LayerBuilder::conv2d(16, 3).padding(1).activation(ReLU))
+            .add_layer(LayerBuilder::max_pool2d(2))
+            .add_layer(LayerBuilder::conv2d(32, 3).padding(1).activation(ReLU))
+            .add_layer(LayerBuilder::max_pool2d(2))
+            .add_layer(LayerBuilder::flatten()),
+    };
+    builder
+        .add_layer(LayerBuilder::dense(10).activation(Softmax))
+        .loss(LossFunction::CategoricalCrossEntropy)
+        .seed(seed)
+        .build()
+}
+
+/// Flat `[n, 784]` rows for the MLP, `[n, 1, 28, 28]` images for the CNN.
+pub fn shape_inputs(x: &Tensor, kind: ModelKind) -> rnn::Result<Tensor> {
+    match kind {
+        ModelKind::Mlp => x.flatten(1, -1),
+        ModelKind::Cnn => x.reshape((x.dims()[0], 1, 28, 28)),
+    }
+}
+
+fn write_outputs(out: &Path, net: &Network, history: &rnn::History) -> CliResult<()> {
+    let curves = out.join("curves.svg");
+    plot_history(history, &curves)?;
+    let checkpoint = out.join("model.safetensors");
+    net.save(&checkpoint)?;
+    let json = out.join("history.json");
+    std::fs::write(&json, history_json(history)?).map_err(|e| format!("cannot write {}: {e}", json.display()))?;
+    println!("wrote {}, {} and {}", curves.display(), checkpoint.display(), json.display());
+    Ok(())
+}
+
+fn history_json(h: &rnn::History) -> CliResult<String> {
+    let value = serde_json::json!({
+        "train_loss": h.train_loss, "val_loss": h.val_loss,
+        "train_metrics": h.train_metrics, "val_metrics": h.val_metrics,
+        "epoch_times": h.epoch_times, "samples_per_sec": h.samples_per_sec,
+        "learning_rates": h.learning_rates,
+    });
+    Ok(serde_json::to_string_pretty(&value)?)
+}

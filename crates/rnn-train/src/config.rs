@@ -1,0 +1,122 @@
+//! `TrainingConfig`: everything `Network::train` needs to know besides the data.
+
+use rnn_core::{Device, Error, Result};
+use rnn_nn::optim::{LrSchedule, OptimizerConfig};
+
+/// What early stopping watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Monitor {
+    /// Validation loss (training loss when there is no validation set); lower is better.
+    ValLoss,
+    /// Validation accuracy (training accuracy without a validation set); higher is better.
+    ValAccuracy,
+}
+
+/// Stop when the monitored value has not improved by `min_delta` for `patience` epochs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EarlyStopping {
+    pub monitor: Monitor,
+    pub patience: usize,
+    pub min_delta: f64,
+    /// Put back the weights of the best epoch when training ends.
+    pub restore_best_weights: bool,
+}
+
+impl Default for EarlyStopping {
+    fn default() -> Self {
+        EarlyStopping { monitor: Monitor::ValLoss, patience: 5, min_delta: 0.0, restore_best_weights: true }
+    }
+}
+
+/// How to train. `Default` gives Adam at 1e-3, batches of 32, 10 epochs, shuffling, no
+/// validation split, progress output, and the best available device.
+///
+/// Device choice: `device` wins when set. Otherwise `use_gpu = false` means the CPU;
+/// `use_gpu && prefer_gpu` means `Device::best()` (CUDA, then a real wgpu GPU, then the CPU,
+/// or what `RNN_GPU_DEVICE` names); `use_gpu && !prefer_gpu` uses a GPU only when
+/// `RNN_GPU_DEVICE` names one.
+#[derive(Clone, Debug)]
+pub struct TrainingConfig {
+    pub batch_size: usize,
+    pub max_epochs: usize,
+    /// The optimizer's learning rate (overrides the one inside `optimizer`).
+    pub learning_rate: f64,
+    pub optimizer: OptimizerConfig,
+    /// Fraction of the samples (the last ones, as in Keras) held out for validation.
+    pub validation_split: f64,
+    pub shuffle: bool,
+    /// Seeds shuffling and dropout, so two runs with the same seed are identical.
+    pub seed: u64,
+    /// Progress bar on a terminal, one line per epoch otherwise; nothing when false.
+    pub verbose: bool,
+    pub use_gpu: bool,
+    pub prefer_gpu: bool,
+    pub device: Option<Device>,
+    pub early_stopping: Option<EarlyStopping>,
+    /// Learning-rate schedule, stepped once per epoch.
+    pub lr_schedule: Option<LrSchedule>,
+    /// Clip the global gradient norm to this value before each step.
+    pub clip_grad_norm: Option<f64>,
+}
+
+impl Default for TrainingConfig {
+    fn default() -> Self {
+        TrainingConfig {
+            batch_size: 32,
+            max_epochs: 10,
+            learning_rate: 1e-3,
+            optimizer: OptimizerConfig::default(),
+            validation_split: 0.0,
+            shuffle: true,
+            seed: 42,
+            verbose: true,
+            use_gpu: true,
+            prefer_gpu: true,
+            device: None,
+            early_stopping: None,
+            lr_schedule: None,
+            clip_grad_norm: None,
+        }
+    }
+}
+
+impl TrainingConfig {
+    /// Checks every field; the message names the field and the allowed range.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::invalid("TrainingConfig", msg));
+        if self.batch_size == 0 {
+            return bad("batch_size must be at least 1".into());
+        }
+        if self.max_epochs == 0 {
+            return bad("max_epochs must be at least 1".into());
+        }
+        if !(self.learning_rate > 0.0 && self.learning_rate.is_finite()) {
+            return bad(format!("learning_rate must be a positive number, got {}", self.learning_rate));
+        }
+        if !(0.0..1.0).contains(&self.validation_split) {
+            return bad(format!("validation_split must be in [0, 1), got {}", self.validation_split));
+        }
+        if let Some(c) = self.clip_grad_norm {
+            if !(c > 0.0) {
+                return bad(format!("clip_grad_norm must be positive, got {c}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The device training runs on (see the type's documentation).
+    pub fn pick_device(&self) -> Result<Device> {
+        if let Some(device) = self.device {
+            device.check_available()?;
+            return Ok(device);
+        }
+        match (self.use_gpu, self.prefer_gpu) {
+            (false, _) => Ok(Device::Cpu),
+            (true, true) => Device::best(),
+            (true, false) => match std::env::var("RNN_GPU_DEVICE") {
+                Ok(_) => Device::best(),
+                Err(_) => Ok(Device::Cpu),
+            },
+        }
+    }
+}

@@ -291,8 +291,8 @@ fn fused_vs_tensor_ops(config: &OptimizerConfig, dtype: DType, shapes: &[&[usize
 
 #[test]
 fn fused_update_equals_tensor_ops() -> Result<()> {
-    // The large tensor takes the multi-threaded path of the fused loop.
-    let shapes: &[&[usize]] = &[&[3, 5], &[7], &[600, 700]];
+    // The large tensor takes the multi-threaded path of the fused loop (above ~1M elements).
+    let shapes: &[&[usize]] = &[&[3, 5], &[7], &[1030, 1024]];
     for config in all_configs() {
         let err32 = fused_vs_tensor_ops(&config, DType::F32, shapes)?;
         assert!(err32 < 1e-6, "{config:?} f32: {err32:e}");

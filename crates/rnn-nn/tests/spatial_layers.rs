@@ -68,12 +68,12 @@ fn pool_gradchecks_with_padding() -> Result<()> {
     let x = rand64(1, &[2, 2, 5, 6])?;
     let cfg = Pool2dConfig { stride: Some((2, 2)), padding: (1, 1), ..Pool2dConfig::default() };
     let max = MaxPool2d::with_config((3, 3), cfg)?;
-    gradcheck(&[x.clone()], |xs| max.forward(&xs[0]))?;
+    gradcheck(std::slice::from_ref(&x), |xs| max.forward(&xs[0]))?;
     let avg = AvgPool2d::with_config((3, 3), cfg)?;
-    gradcheck(&[x.clone()], |xs| avg.forward(&xs[0]))?;
+    gradcheck(std::slice::from_ref(&x), |xs| avg.forward(&xs[0]))?;
     let dilated = Pool2dConfig { stride: Some((1, 2)), padding: (1, 0), dilation: (2, 1) };
     let max = MaxPool2d::with_config((2, 2), dilated)?;
-    gradcheck(&[x.clone()], |xs| max.forward(&xs[0]))?;
+    gradcheck(std::slice::from_ref(&x), |xs| max.forward(&xs[0]))?;
     gradcheck(&[x], |xs| AvgPool2d::new((2, 2))?.forward(&xs[0]))
 }
 
@@ -158,7 +158,7 @@ fn dropout_masks_scales_and_is_reproducible() -> Result<()> {
     let big = drop.forward(&Tensor::ones(20_000, DType::F32, CPU)?)?;
     let zeros = big.eq_scalar(0.0)?.to_dtype(DType::F64)?.mean_all()?.to_scalar::<f64>()?;
     assert!((zeros - p).abs() < 0.02, "dropped fraction {zeros}");
-    gradcheck(&[x.clone()], |xs| {
+    gradcheck(std::slice::from_ref(&x), |xs| {
         manual_seed(13);
         drop.forward(&xs[0])
     })?;
@@ -269,6 +269,9 @@ fn bad_configs_and_inputs_are_errors() -> Result<()> {
     assert!(is_invalid(conv.forward(&x(&[1, 3, 2, 5])?)), "kernel larger than the input");
     let padded = Conv2d::new(3, 2, (3, 3), Conv2dConfig { padding: (1, 1), ..Default::default() }, &mut vb)?;
     assert_eq!(padded.forward(&x(&[1, 3, 1, 1])?)?.dims(), &[1, 2, 1, 1], "fits once padded");
+    let huge = Conv2dConfig { padding: (usize::MAX / 2 + 1, 0), dilation: (1, usize::MAX), ..Default::default() };
+    assert!(is_invalid(Conv2d::new(3, 2, (3, 3), huge, &mut vb)?.forward(&x(&[1, 3, 5, 5])?)), "overflow");
+    assert!(is_invalid(MaxPool2d::new((usize::MAX, 1))?.forward(&x(&[1, 1, 3, 3])?)));
     let ids = Tensor::from_vec(vec![1u32], 1, CPU)?;
     assert!(matches!(conv.forward(&ids.reshape((1, 1, 1, 1))?), Err(Error::UnsupportedDType { .. })));
     assert!(Conv2d::from_tensors(x(&[2, 3, 3])?, None, Conv2dConfig::default()).is_err());

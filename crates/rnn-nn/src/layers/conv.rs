@@ -103,9 +103,9 @@ fn checked_output_size(layer: &'static str, x: &Tensor, window: &Window2d) -> Re
 /// positions read `pad_value`. Also returns `(Ho, Wo)`.
 ///
 /// Each kernel offset is a strided view of the padded input (narrows of `phase_split`), and
-/// one `cat` copies them out. This costs a third of one `index_select` with precomputed
-/// window indices, whose backward (a `scatter_add` with per-element indices) dominated a
-/// small CNN's training step.
+/// one `cat` copies them out. Measured on 2 cores for 3x3 windows of a [128, 16, 14, 14]
+/// input, forward + backward: 14 ms, against 45 ms for one `index_select` of precomputed
+/// window positions, whose backward is a `scatter_add` with an index per element.
 pub(crate) fn unfold2d(
     layer: &'static str,
     x: &Tensor,
@@ -305,4 +305,3 @@ impl Module for Conv2d {
         v
     }
 }
-

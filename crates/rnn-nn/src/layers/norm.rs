@@ -59,7 +59,7 @@ impl BatchNorm {
         running_var: Tensor,
         config: BatchNormConfig,
     ) -> Result<Self> {
-        if !(config.eps > 0.0) || !(0.0..=1.0).contains(&config.momentum) {
+        if config.eps.is_nan() || config.eps <= 0.0 || !(0.0..=1.0).contains(&config.momentum) {
             let msg = format!("eps {} must be > 0 and momentum {} in [0, 1]", config.eps, config.momentum);
             return Err(bad_config(layer, msg));
         }
@@ -281,7 +281,7 @@ impl LayerNorm {
         bias: Option<Tensor>,
         eps: f64,
     ) -> Result<Self> {
-        if normalized_shape.is_empty() || normalized_shape.contains(&0) || !(eps > 0.0) {
+        if normalized_shape.is_empty() || normalized_shape.contains(&0) || eps.is_nan() || eps <= 0.0 {
             let msg = format!("normalized_shape {normalized_shape:?} must be non-empty with sizes > 0, eps {eps} > 0");
             return Err(bad_config("LayerNorm", msg));
         }

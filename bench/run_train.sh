@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Build rnn, run the training benchmark for rnn and PyTorch, write
+# bench/results/<date>-train-<machine>.md. The sides run alternately ROUNDS times (default 2);
+# each workload's best run counts. Set QUICK=1 for a smoke run (small sizes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+threads=$(nproc)
+day=$(date +%F)
+tmp=$(mktemp -d /tmp/rnn-bench-train.XXXXXX)
+rounds=${ROUNDS:-2}
+quick=${QUICK:+--quick}
+
+cargo build --release -p rnn-cli
+ours="" theirs=""
+for round in $(seq 1 "$rounds"); do
+    echo "== round $round of $rounds"
+    target/release/rnn bench train $quick --device cpu --json "$tmp/ours-$round.json"
+    python3 bench/train_bench.py $quick --threads "$threads" --json "$tmp/torch-$round.json"
+    ours="${ours:+$ours,}$tmp/ours-$round.json"
+    theirs="${theirs:+$theirs,}$tmp/torch-$round.json"
+done
+
+model=$(lscpu | sed -n '0,/^Model name:/s/^Model name:[[:space:]]*//p')
+model=${model:-unknown-cpu}
+slug=$(printf '%s' "$model" | tr '[:upper:]' '[:lower:]' | tr -cs 'a-z0-9' '-' \
+    | sed 's/^-*//; s/-*$//')
+out="bench/results/${day}-train-${threads}core-${slug}.md"
+mkdir -p bench/results
+
+{
+    echo "# Training benchmark: rnn vs PyTorch (CPU)"
+    echo
+    echo "- date: ${day}"
+    echo "- machine: ${model}, ${threads} cores (nproc), $(free -g | awk '/^Mem:/ {print $2}') GiB RAM"
+    echo "- rustc: $(rustc --version)"
+    echo "- torch: $(python3 -c 'import torch; print(torch.__version__)')"
+    echo "- workloads: one epoch over random MNIST-shaped data, batch 128, Adam(1e-3), shuffled;"
+    echo "  rnn through the Network API, PyTorch with nn.Sequential and a plain loop"
+    echo "- rounds: ${rounds}, run alternately; each workload's best epoch of its best round"
+    echo
+    python3 bench/compare.py "$ours" "$theirs" --markdown
+} > "$out"
+
+cat "$out"
+echo
+echo "wrote $out (raw JSON in $tmp)"

@@ -24,21 +24,14 @@ for round in $(seq 1 "$rounds"); do
     theirs_thp="${theirs_thp:+$theirs_thp,}$tmp/torch-thp-$round.json"
 done
 
-# sed reads all of lscpu's output (no early exit), so pipefail cannot trip on SIGPIPE.
-model=$(lscpu | sed -n '0,/^Model name:/s/^Model name:[[:space:]]*//p')
-model=${model:-unknown-cpu}
-slug=$(printf '%s' "$model" | tr '[:upper:]' '[:lower:]' | tr -cs 'a-z0-9' '-' \
-    | sed 's/^-*//; s/-*$//')
+source bench/machine.sh
 out="bench/results/${day}-cpu-${threads}core-${slug}.md"
 mkdir -p bench/results
 
 {
     echo "# CPU benchmark: rnn vs PyTorch"
     echo
-    echo "- date: ${day}"
-    echo "- machine: ${model}, ${threads} cores (nproc), $(free -g | awk '/^Mem:/ {print $2}') GiB RAM"
-    echo "- rustc: $(rustc --version)"
-    echo "- torch: $(python3 -c 'import torch; print(torch.__version__)')"
+    machine_lines
     echo "- threads: ${threads}"
     echo "- rounds: ${rounds}, run alternately; each workload's best round is shown"
     echo

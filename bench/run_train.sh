@@ -21,20 +21,14 @@ for round in $(seq 1 "$rounds"); do
     theirs="${theirs:+$theirs,}$tmp/torch-$round.json"
 done
 
-model=$(lscpu | sed -n '0,/^Model name:/s/^Model name:[[:space:]]*//p')
-model=${model:-unknown-cpu}
-slug=$(printf '%s' "$model" | tr '[:upper:]' '[:lower:]' | tr -cs 'a-z0-9' '-' \
-    | sed 's/^-*//; s/-*$//')
+source bench/machine.sh
 out="bench/results/${day}-train-${threads}core-${slug}.md"
 mkdir -p bench/results
 
 {
     echo "# Training benchmark: rnn vs PyTorch (CPU)"
     echo
-    echo "- date: ${day}"
-    echo "- machine: ${model}, ${threads} cores (nproc), $(free -g | awk '/^Mem:/ {print $2}') GiB RAM"
-    echo "- rustc: $(rustc --version)"
-    echo "- torch: $(python3 -c 'import torch; print(torch.__version__)')"
+    machine_lines
     echo "- workloads: one epoch over random MNIST-shaped data, batch 128, Adam(1e-3), shuffled;"
     echo "  rnn through the Network API, PyTorch with nn.Sequential and a plain loop"
     echo "- rounds: ${rounds}, run alternately; each workload's best epoch of its best round"

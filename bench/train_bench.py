@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 BATCH = 128
-FULL = {"mlp": 60_000, "cnn": 60_000, "epochs": 3}
+FULL = {"mlp": 60_000, "cnn": 10_000, "epochs": 3}
 QUICK = {"mlp": 2_048, "cnn": 512, "epochs": 2}
 
 

@@ -23,7 +23,7 @@ pub struct TrainSizes {
 }
 
 impl TrainSizes {
-    pub const FULL: TrainSizes = TrainSizes { mlp_samples: 60_000, cnn_samples: 60_000, epochs: 3 };
+    pub const FULL: TrainSizes = TrainSizes { mlp_samples: 60_000, cnn_samples: 10_000, epochs: 3 };
     pub const QUICK: TrainSizes = TrainSizes { mlp_samples: 2_048, cnn_samples: 512, epochs: 2 };
 }
 

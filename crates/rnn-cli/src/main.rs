@@ -44,25 +44,10 @@ enum BenchSuite {
     Train(TrainBenchArgs),
 }
 
+/// Options every benchmark suite takes.
 #[derive(Args)]
-struct TrainBenchArgs {
-    /// Write the results as a JSON list of records (the format of bench/train_bench.py --json).
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
-    /// Small sizes for a smoke test (numbers are not comparable to a full run).
-    #[arg(long)]
-    quick: bool,
-    /// Worker threads (default: all cores, or RAYON_NUM_THREADS).
-    #[arg(long, value_name = "N")]
-    threads: Option<usize>,
-    /// `cpu`, `cuda:N` or `wgpu:N` (default: the best available).
-    #[arg(long)]
-    device: Option<String>,
-}
-
-#[derive(Args)]
-struct CpuBenchArgs {
-    /// Write the results as a JSON list of records (the format of bench/cpu_bench.py --json).
+struct BenchOptions {
+    /// Write the results as a JSON list of records (the format of the PyTorch twin's --json).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// Shrink sizes and times for a smoke test (numbers are not comparable to a full run).
@@ -71,6 +56,21 @@ struct CpuBenchArgs {
     /// Worker threads (default: all cores, or RAYON_NUM_THREADS).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+}
+
+#[derive(Args)]
+struct CpuBenchArgs {
+    #[command(flatten)]
+    options: BenchOptions,
+}
+
+#[derive(Args)]
+struct TrainBenchArgs {
+    #[command(flatten)]
+    options: BenchOptions,
+    /// `cpu`, `cuda:N` or `wgpu:N` (default: the best available).
+    #[arg(long)]
+    device: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -95,32 +95,31 @@ fn run(command: Command) -> CliResult<ExitCode> {
 }
 
 fn bench_cpu(args: &CpuBenchArgs) -> CliResult<()> {
-    if let Some(threads) = args.threads {
-        set_threads(threads)?;
-    }
-    // Open the output first, so a bad path fails before the benchmark, not after it.
-    let json_file = args.json.as_deref().map(create_file).transpose()?;
-    let sizes = if args.quick { bench_cpu::Sizes::QUICK } else { bench_cpu::Sizes::FULL };
-    let records = bench_cpu::run(sizes, args.quick, &mut io::stdout().lock())?;
-    if let (Some(file), Some(path)) = (json_file, &args.json) {
-        write_json(file, path, &records)?;
-        eprintln!("wrote {} records to {}", records.len(), path.display());
-    }
-    Ok(())
+    let sizes = if args.options.quick { bench_cpu::Sizes::QUICK } else { bench_cpu::Sizes::FULL };
+    run_bench(&args.options, |out| bench_cpu::run(sizes, args.options.quick, out))
 }
 
 fn bench_train(args: &TrainBenchArgs) -> CliResult<()> {
-    if let Some(threads) = args.threads {
-        set_threads(threads)?;
-    }
     let device = match &args.device {
         Some(name) => rnn::Device::parse(name)?,
         None => rnn::Device::best()?,
     };
-    let json_file = args.json.as_deref().map(create_file).transpose()?;
-    let sizes = if args.quick { bench_train::TrainSizes::QUICK } else { bench_train::TrainSizes::FULL };
-    let records = bench_train::run(sizes, device, &mut io::stdout().lock())?;
-    if let (Some(file), Some(path)) = (json_file, &args.json) {
+    let sizes = if args.options.quick { bench_train::TrainSizes::QUICK } else { bench_train::TrainSizes::FULL };
+    run_bench(&args.options, |out| bench_train::run(sizes, device, out))
+}
+
+/// Sets the thread count, opens the JSON file (so a bad path fails before the benchmark,
+/// not after it), runs `suite` printing to stdout, and writes its records.
+fn run_bench(
+    options: &BenchOptions,
+    suite: impl FnOnce(&mut dyn Write) -> CliResult<Vec<bench_cpu::Record>>,
+) -> CliResult<()> {
+    if let Some(threads) = options.threads {
+        set_threads(threads)?;
+    }
+    let json_file = options.json.as_deref().map(create_file).transpose()?;
+    let records = suite(&mut io::stdout().lock())?;
+    if let (Some(file), Some(path)) = (json_file, &options.json) {
         write_json(file, path, &records)?;
         eprintln!("wrote {} records to {}", records.len(), path.display());
     }

@@ -5,6 +5,7 @@
 use crate::cpu::CpuStorage;
 use crate::op::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::storage::BackendStorage;
+use crate::window::Window2d;
 use crate::{DType, Device, Error, Layout, Result};
 
 macro_rules! unavailable_backend {
@@ -76,6 +77,12 @@ macro_rules! unavailable_backend {
                 match *self {}
             }
             fn scatter_add(&self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout, _: usize) -> Result<Self> {
+                match *self {}
+            }
+            fn unfold2d(&self, _: &Layout, _: &Window2d, _: f64) -> Result<Self> {
+                match *self {}
+            }
+            fn fold2d(&self, _: &Layout, _: (usize, usize), _: &Window2d) -> Result<Self> {
                 match *self {}
             }
         }

@@ -31,6 +31,10 @@ pub(crate) enum Op {
     IndexSelect(Tensor, Tensor, usize),
     Gather(Tensor, Tensor, usize),
     ScatterAdd(Tensor, Tensor, Tensor, usize),
+    /// Sliding windows of a `[N, C, H, W]` input (im2col).
+    Unfold2d(Tensor, crate::Window2d),
+    /// The adjoint of `Unfold2d`: window elements summed back into a `[N, C, H, W]` tensor.
+    Fold2d(Tensor, crate::Window2d),
 }
 
 impl Op {
@@ -39,6 +43,7 @@ impl Op {
             Op::Unary(a, _) | Op::Reduce(a, _) | Op::Reshape(a) | Op::Permute(a, _) | Op::Narrow(a, _, _) => vec![a],
             Op::Broadcast(a) | Op::Copy(a) | Op::ToDType(a) | Op::Softmax(a, _) => vec![a],
             Op::IndexSelect(a, _, _) | Op::Gather(a, _, _) => vec![a],
+            Op::Unfold2d(a, _) | Op::Fold2d(a, _) => vec![a],
             Op::Binary(a, b, _) | Op::Matmul(a, b) => vec![a, b],
             Op::WhereCond(_, t, f) => vec![t, f],
             Op::ScatterAdd(a, _, s, _) => vec![a, s],

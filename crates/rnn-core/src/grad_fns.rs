@@ -73,6 +73,9 @@ fn other_grads<'a>(op: &'a Op, y: &Tensor, g: &Tensor) -> Result<Vec<(&'a Tensor
         }
         Op::Gather(x, ids, dim) => vec![(x, x.zeros_like()?.scatter_add(ids, g, *dim)?)],
         Op::ScatterAdd(x, ids, src, dim) => vec![(x, g.clone()), (src, g.gather(ids, *dim)?)],
+        // Each op is the other's adjoint: <unfold(x), g> = <x, fold(g)>.
+        Op::Unfold2d(x, window) => vec![(x, g.fold2d_window((x.dims()[2], x.dims()[3]), window)?)],
+        Op::Fold2d(cols, window) => vec![(cols, g.unfold2d_window(window, 0.0)?)],
     })
 }
 

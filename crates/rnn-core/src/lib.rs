@@ -34,6 +34,7 @@ mod std_ops;
 pub mod storage;
 mod tensor;
 mod view;
+mod window;
 
 pub use backprop::{no_grad, GradStore, NoGradGuard};
 pub use device::Device;
@@ -43,3 +44,4 @@ pub use layout::Layout;
 pub use random::manual_seed;
 pub use shape::{AllDims, Dim, Dims, Shape};
 pub use tensor::{Tensor, TensorId};
+pub use window::Window2d;

@@ -5,6 +5,7 @@
 use crate::backends::{CudaStorage, WgpuStorage};
 use crate::cpu::CpuStorage;
 use crate::op::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use crate::window::Window2d;
 use crate::{DType, Device, Error, Layout, Result};
 
 /// What every backend provides. Layouts describe how each operand is seen; binary operands
@@ -29,6 +30,12 @@ pub trait BackendStorage: Sized {
     fn index_select(&self, l: &Layout, ids: &Self, il: &Layout, dim: usize) -> Result<Self>;
     fn gather(&self, l: &Layout, ids: &Self, il: &Layout, dim: usize) -> Result<Self>;
     fn scatter_add(&self, l: &Layout, ids: &Self, il: &Layout, src: &Self, sl: &Layout, dim: usize) -> Result<Self>;
+    /// `[N, C, H, W]` -> `[N, C, kh * kw, Ho * Wo]`, the windows of `window`; padding reads
+    /// `pad_value` (see `Tensor::unfold2d`).
+    fn unfold2d(&self, l: &Layout, window: &Window2d, pad_value: f64) -> Result<Self>;
+    /// `[N, C, kh * kw, Ho * Wo]` -> `[N, C, H, W]` with `(H, W) = out_hw`: the adjoint of
+    /// `unfold2d` (see `Tensor::fold2d`).
+    fn fold2d(&self, l: &Layout, out_hw: (usize, usize), window: &Window2d) -> Result<Self>;
 }
 
 impl BackendStorage for CpuStorage {
@@ -85,6 +92,12 @@ impl BackendStorage for CpuStorage {
     }
     fn scatter_add(&self, l: &Layout, ids: &Self, il: &Layout, src: &Self, sl: &Layout, dim: usize) -> Result<Self> {
         CpuStorage::scatter_add(self, l, ids, il, src, sl, dim)
+    }
+    fn unfold2d(&self, l: &Layout, window: &Window2d, pad_value: f64) -> Result<Self> {
+        CpuStorage::unfold2d(self, l, window, pad_value)
+    }
+    fn fold2d(&self, l: &Layout, out_hw: (usize, usize), window: &Window2d) -> Result<Self> {
+        CpuStorage::fold2d(self, l, out_hw, window)
     }
 }
 
@@ -201,6 +214,14 @@ impl Storage {
 
     pub fn copy_strided(&self, l: &Layout) -> Result<Storage> {
         Ok(dispatch!(self, s => s.copy_strided(l)))
+    }
+
+    pub fn unfold2d(&self, l: &Layout, window: &Window2d, pad_value: f64) -> Result<Storage> {
+        Ok(dispatch!(self, s => s.unfold2d(l, window, pad_value)))
+    }
+
+    pub fn fold2d(&self, l: &Layout, out_hw: (usize, usize), window: &Window2d) -> Result<Storage> {
+        Ok(dispatch!(self, s => s.fold2d(l, out_hw, window)))
     }
 
     pub fn index_select(&self, l: &Layout, ids: &Storage, il: &Layout, dim: usize) -> Result<Storage> {

@@ -25,3 +25,7 @@ pub use loss::{
     nll_loss, CrossEntropyOptions, Loss, Reduction,
 };
 pub use module::{prefixed, Module, Sequential};
+pub use optim::{
+    clip_grad_norm, clip_grad_value, Adagrad, AdagradConfig, Adam, AdamConfig, AdamW, LrSchedule, LrScheduler,
+    Optimizer, OptimizerConfig, PlateauConfig, PlateauMode, RmsProp, RmsPropConfig, Sgd, SgdConfig,
+};

@@ -1,41 +1,14 @@
 //! safetensors checkpoints: round trips, damaged files, mismatched models, atomic writes.
 
+mod common;
+
+use common::temp_dir;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+
 
 use rnn_core::{DType, Device, Error, Result, Tensor};
 use rnn_nn::{Linear, Module, VarBuilder};
 use rnn_train::checkpoint::{self, Checkpoint};
-
-/// A fresh directory under the system temp dir, unique to this process and test, removed
-/// when dropped.
-struct TempDir(PathBuf);
-
-impl std::ops::Deref for TempDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<Path> for TempDir {
-    fn as_ref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn temp_dir(name: &str) -> TempDir {
-    let dir = std::env::temp_dir().join(format!("rnn-train-ckpt-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    TempDir(dir)
-}
 
 fn meta(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()

@@ -1,5 +1,8 @@
 //! Datasets: `Dataset`, `Batches`, the MNIST IDX reader and the synthetic digits.
 
+mod common;
+
+use common::temp_dir;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -9,38 +12,6 @@ use rnn_train::data::{
     load_mnist, load_mnist_with_shape, read_idx_images, read_idx_images_with_shape, read_idx_labels, render_ascii,
     synthetic_digits, Batches, Dataset, ImageShape, MnistSplit,
 };
-
-const REAL_MNIST: &str = "/work/shared/data/mnist";
-
-/// A fresh directory under the system temp dir, unique to this process and test, removed
-/// when dropped.
-struct TempDir(PathBuf);
-
-impl std::ops::Deref for TempDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<Path> for TempDir {
-    fn as_ref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn temp_dir(name: &str) -> TempDir {
-    let dir = std::env::temp_dir().join(format!("rnn-train-data-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    TempDir(dir)
-}
 
 fn idx_bytes(magic: u32, dims: &[u32], body: &[u8]) -> Vec<u8> {
     let mut out = magic.to_be_bytes().to_vec();
@@ -244,11 +215,11 @@ fn load_mnist_errors() {
 
 #[test]
 fn real_mnist_test_split_when_present() -> Result<()> {
-    if !Path::new(REAL_MNIST).join("t10k-images-idx3-ubyte.gz").exists() {
-        eprintln!("skipping: no MNIST files in {REAL_MNIST}");
+    let Some(dir) = common::mnist_dir() else {
+        eprintln!("SKIPPED: no MNIST folder (set RNN_MNIST_DIR to a folder with t10k-*-idx*-ubyte[.gz])");
         return Ok(());
-    }
-    let data = load_mnist(REAL_MNIST, MnistSplit::Test)?;
+    };
+    let data = load_mnist(&dir, MnistSplit::Test)?;
     assert_eq!(data.inputs.dims(), &[10_000, 784]);
     let labels = data.labels.to_vec1::<u32>()?;
     // The first test digits of MNIST are 7, 2, 1, 0, 4.

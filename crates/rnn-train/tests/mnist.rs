@@ -3,23 +3,16 @@
 //! `$RNN_MNIST_DIR`, `data/mnist` and `../shared/data/mnist` (relative to the workspace);
 //! without them the test prints why it skipped.
 
-use std::path::PathBuf;
+mod common;
 
 use rnn_core::Result;
 use rnn_train::data::{load_mnist, MnistSplit};
 use rnn_train::{ActivationFunction::ReLU, ActivationFunction::Softmax, LayerBuilder, LossFunction, Network};
 use rnn_train::TrainingConfig;
 
-fn mnist_dir() -> Option<PathBuf> {
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let env = std::env::var_os("RNN_MNIST_DIR").map(PathBuf::from);
-    let candidates = env.into_iter().chain([workspace.join("data/mnist"), workspace.join("../shared/data/mnist")]);
-    candidates.into_iter().find(|dir| dir.is_dir())
-}
-
 #[test]
 fn mlp_reaches_95_percent_on_real_mnist() -> Result<()> {
-    let Some(dir) = mnist_dir() else {
+    let Some(dir) = common::mnist_dir() else {
         eprintln!("SKIPPED: no MNIST folder (set RNN_MNIST_DIR to a folder with t10k-*-idx*-ubyte[.gz])");
         return Ok(());
     };

@@ -61,6 +61,7 @@ mod simd;
 mod softmax;
 pub mod strided;
 mod unary;
+mod window;
 
 impl CpuStorage {
     pub fn dtype(&self) -> DType {

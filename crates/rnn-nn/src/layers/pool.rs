@@ -1,10 +1,9 @@
 //! 2-D max and average pooling over `[N, C, H, W]` inputs: the input is unfolded into its
-//! windows (the same `unfold2d` as `Conv2d`, or a view when the windows tile the input), then
-//! reduced over the window dims.
+//! windows (`Tensor::unfold2d`, as in `Conv2d`), then reduced over the window dim.
 
-use rnn_core::{Result, Tensor};
+use rnn_core::{Result, Tensor, Window2d};
 
-use super::conv::{tiles2d, unfold2d, Window2d};
+use super::conv::unfold2d;
 use crate::init::bad_config;
 use crate::Module;
 
@@ -43,23 +42,18 @@ fn pool_window(layer: &'static str, kernel: (usize, usize), config: &Pool2dConfi
     Ok(window)
 }
 
-/// Reduces each window of `x` with `reduce`, which takes the tensor and the dims that span a
-/// window. Tiling windows (stride = kernel, the usual pool) are reduced in a view of `x`
-/// (`[N, C, Ho, kh, Wo, kw]`, dims 3 and 5) without copying; others in the unfolded input
-/// (`[N, C, taps, Ho * Wo]`, dim 2).
+/// Reduces each window of `x` with `reduce`, which takes the unfolded input
+/// `[N, C, kh * kw, Ho * Wo]` and reduces dim 2: rows of `Ho * Wo` contiguous elements.
 fn pool(
     layer: &'static str,
     x: &Tensor,
     window: &Window2d,
     pad_value: f64,
-    reduce: impl Fn(&Tensor, &[usize]) -> Result<Tensor>,
+    reduce: impl Fn(&Tensor) -> Result<Tensor>,
 ) -> Result<Tensor> {
-    if let Some(tiles) = tiles2d(layer, x, window, pad_value)? {
-        return reduce(&tiles, &[3, 5]);
-    }
     let (cols, (ho, wo)) = unfold2d(layer, x, window, pad_value)?;
     let (n, c) = (cols.dims()[0], cols.dims()[1]);
-    reduce(&cols, &[2])?.reshape((n, c, ho, wo))
+    reduce(&cols)?.reshape((n, c, ho, wo))
 }
 
 /// Max over each window; padded positions count as -inf. When several elements of a window
@@ -95,7 +89,7 @@ impl MaxPool2d {
 impl Module for MaxPool2d {
     /// `[N, C, H, W] -> [N, C, Ho, Wo]`.
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-        pool("MaxPool2d", xs, &self.window, f64::NEG_INFINITY, |windows, dims| windows.max(dims))
+        pool("MaxPool2d", xs, &self.window, f64::NEG_INFINITY, |windows| windows.max(2))
     }
 }
 
@@ -137,6 +131,6 @@ impl AvgPool2d {
 impl Module for AvgPool2d {
     /// `[N, C, H, W] -> [N, C, Ho, Wo]`.
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-        pool("AvgPool2d", xs, &self.window, 0.0, |windows, dims| windows.mean(dims))
+        pool("AvgPool2d", xs, &self.window, 0.0, |windows| windows.mean(2))
     }
 }

@@ -39,7 +39,8 @@ pub fn run(sizes: TrainSizes, device: Device, out: &mut dyn Write) -> CliResult<
             ModelKind::Cnn => format!("train_cnn_16_32_n{n}"),
         };
         writeln!(out, "{name:<28} {n:>10} {:>12.1} {:>12.0}", seconds * 1e3, n as f64 / seconds)?;
-        let record = Record { suite: "train", name, metric: "ms", value: seconds * 1e3, higher_is_better: false, threads };
+        let record =
+            Record { suite: "train", name, metric: "ms", value: seconds * 1e3, higher_is_better: false, threads };
         records.push(record);
     }
     Ok(records)

@@ -56,10 +56,11 @@ impl GradCheck {
                 minus[j] -= self.step;
                 let numeric = (loss_at(i, plus)? - loss_at(i, minus)?) / (2.0 * self.step);
                 let err = (a - numeric).abs() / numeric.abs().max(1.0);
-                if !(err <= self.tolerance) {
-                    return Err(Error::Backward { msg: format!(
-                        "gradcheck: input {i} element {j}: autograd {a}, finite difference {numeric}"
-                    ) });
+                // NaN errors fail too.
+                if err.is_nan() || err > self.tolerance {
+                    return Err(Error::Backward {
+                        msg: format!("gradcheck: input {i} element {j}: autograd {a}, finite difference {numeric}"),
+                    });
                 }
                 worst = worst.max(err);
             }

@@ -65,9 +65,9 @@ impl Window2d {
         self.kernel.0.saturating_mul(self.kernel.1)
     }
 
-    /// The unfolded shape `[N, C, kh * kw, Ho * Wo]` of a `[N, C, H, W]` tensor and its
-    /// `(Ho, Wo)`, with every size checked.
-    fn unfolded_shape(&self, op: &'static str, dims: &[usize]) -> Result<(Shape, (usize, usize))> {
+    /// The unfolded shape `[N, C, kh * kw, Ho * Wo]` of a `[N, C, H, W]` tensor, with every
+    /// size checked.
+    fn unfolded_shape(&self, op: &'static str, dims: &[usize]) -> Result<Shape> {
         let &[n, c, h, w] = dims else {
             return Err(Error::RankMismatch { op, expected: 4, got: dims.len(), shape: dims.into() });
         };
@@ -79,7 +79,7 @@ impl Window2d {
         };
         let shape = Shape::from(vec![n, c, cols, positions]);
         shape.checked_elem_count(op)?;
-        Ok((shape, (ho, wo)))
+        Ok(shape)
     }
 }
 
@@ -104,7 +104,7 @@ impl Tensor {
 
     /// `unfold2d` with the geometry in one value.
     pub fn unfold2d_window(&self, window: &Window2d, pad_value: f64) -> Result<Tensor> {
-        let (shape, _) = window.unfolded_shape("unfold2d", self.dims())?;
+        let shape = window.unfolded_shape("unfold2d", self.dims())?;
         let storage = self.storage().unfold2d(self.layout(), window, pad_value)?;
         Ok(Tensor::from_parts(storage, Layout::contiguous(shape), Some(Op::Unfold2d(self.clone(), *window))))
     }
@@ -130,12 +130,10 @@ impl Tensor {
         let (n, c) = (self.dims()[0], self.dims()[1]);
         let out = Shape::from(vec![n, c, h, w]);
         out.checked_elem_count("fold2d")?;
-        let (expected, _) = window.unfolded_shape("fold2d", out.dims())?;
+        let expected = window.unfolded_shape("fold2d", out.dims())?;
         if self.shape() != &expected {
-            let msg = format!(
-                "{window:?} over a {h}x{w} input gives windows of shape {expected:?}, got {:?}",
-                self.shape()
-            );
+            let msg =
+                format!("{window:?} over a {h}x{w} input gives windows of shape {expected:?}, got {:?}", self.shape());
             return Err(Error::invalid("fold2d", msg));
         }
         let storage = self.storage().fold2d(self.layout(), (h, w), window)?;

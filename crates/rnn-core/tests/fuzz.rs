@@ -669,6 +669,47 @@ proptest! {
     }
 }
 
+// ---- sliding windows ----
+
+/// The unfolded shape `[N, C, kh * kw, Ho * Wo]` of `shape` under `(kernel, stride,
+/// padding, dilation)`, or `None` when the arguments are invalid.
+fn unfold_shape(shape: &[usize], (k, s, p, d): ([usize; 2], [usize; 2], [usize; 2], [usize; 2])) -> Option<Vec<usize>> {
+    let &[n, c, h, w] = shape else { return None };
+    let along = |i: usize, size: usize| {
+        let (span, padded) = (d[i] * (k[i].checked_sub(1)?) + 1, size + 2 * p[i]);
+        (k[i] > 0 && s[i] > 0 && d[i] > 0 && span <= padded).then(|| (padded - span) / s[i] + 1)
+    };
+    Some(vec![n, c, k[0] * k[1], along(0, h)? * along(1, w)?])
+}
+
+proptest! {
+    #![proptest_config(config(1024))]
+
+    /// unfold2d on any tensor and window; fold2d of its result, and of a random tensor.
+    #[test]
+    fn window_ops(s in spec(), k in [0usize..4, 0usize..4], st in [0usize..4, 0usize..4], p in [0usize..3, 0usize..3],
+                  d in [0usize..3, 0usize..3], hw in (0usize..5, 0usize..5), pad in -2.0f64..2.0) {
+        let x = build(&s);
+        let args = (k, st, p, d);
+        let (kt, stt, pt, dt) = ((k[0], k[1]), (st[0], st[1]), (p[0], p[1]), (d[0], d[1]));
+        let expected = unfold_shape(&s.shape, args);
+        if let Some(cols) = expect("unfold2d", x.unfold2d(kt, stt, pt, dt, pad), expected) {
+            let hw_in = (s.shape[2], s.shape[3]);
+            let folded = expect("fold2d", cols.fold2d(hw_in, kt, stt, pt, dt), Some(s.shape.clone()));
+            if let (Some(y), DType::F64) = (folded, s.dtype) {
+                // Summed back with a zero pad, each input element counts once per window holding it.
+                let ones = Tensor::ones(s.shape.clone(), DType::F64, CPU).unwrap();
+                let per_element = ones.unfold2d(kt, stt, pt, dt, 0.0).unwrap().fold2d(hw_in, kt, stt, pt, dt).unwrap();
+                assert_eq!(check(&y), check(&x.mul(&per_element).unwrap()));
+            }
+        }
+        // fold2d succeeds when x has exactly the windows of an [N, C, hw] input.
+        let out = s.shape.get(..2).map(|nc| vec![nc[0], nc[1], hw.0, hw.1]);
+        let ok = out.clone().filter(|o| s.shape.len() == 4 && unfold_shape(o, args).as_deref() == Some(&s.shape[..]));
+        expect("fold2d of any tensor", x.fold2d(hw, kt, stt, pt, dt), ok);
+    }
+}
+
 // ---- autograd ----
 
 /// One random step of a graph: applies op `op` to `cur` (and sometimes the other variable).

@@ -170,7 +170,7 @@ fn gradcheck_every_op() {
     let mut rng = StdRng::seed_from_u64(0x5eed);
     let cases: Vec<Case> = [unary_cases(), binary_cases(), select_cases(), reduce_cases(), movement_cases()]
         .into_iter()
-        .chain([matmul_cases(), index_cases()])
+        .chain([matmul_cases(), index_cases(), window_cases()])
         .flatten()
         .collect();
     let mut failures = Vec::new();
@@ -374,6 +374,23 @@ fn index_cases() -> Vec<Case> {
         case("scatter_add(0) strided", vec![inp(&[3, 2]).t(), inp(&[3, 2]).narrowed()], move |x| {
             let ids = Tensor::from_vec(vec![2u8, 0, 1, 2, 0, 0], (3, 2), CPU)?;
             x[0].scatter_add(&ids, &x[1], 0)
+        }),
+    ]
+}
+
+fn window_cases() -> Vec<Case> {
+    vec![
+        // A non-zero pad value, which must get no gradient.
+        case("unfold2d stride 2 pad 1", vec![inp(&[2, 2, 4, 5])], |x| {
+            x[0].unfold2d((3, 3), (2, 2), (1, 1), (1, 1), 0.5)
+        }),
+        case("unfold2d dilated, transposed", vec![inp(&[1, 2, 5, 4]).t()], |x| {
+            x[0].unfold2d((2, 2), (1, 2), (0, 1), (2, 1), 0.0)
+        }),
+        // [1, 2, 4, 9]: 2x2 windows over 4x5, stride (1, 2), padding (0, 1): 3x3 positions.
+        case("fold2d", vec![inp(&[1, 2, 4, 9])], |x| x[0].fold2d((4, 5), (2, 2), (1, 2), (0, 1), (1, 1))),
+        case("fold2d narrowed", vec![inp(&[1, 1, 4, 9]).narrowed()], |x| {
+            x[0].fold2d((4, 5), (2, 2), (1, 2), (0, 1), (1, 1))
         }),
     ]
 }

@@ -153,7 +153,8 @@ fn fold_is_the_adjoint_of_unfold() -> Result<()> {
 
 #[test]
 fn gradchecks_of_both_ops() -> Result<()> {
-    for (seed, (dims, win)) in configs().into_iter().enumerate().filter(|(_, (d, _))| d.iter().product::<usize>() <= 60) {
+    for (seed, (dims, win)) in configs().into_iter().enumerate().filter(|(_, (d, _))| d.iter().product::<usize>() <= 60)
+    {
         let x = random(400 + seed as u64, &dims, DType::F64)?;
         // A non-zero pad value must not receive (or leak) any gradient.
         let worst = GradCheck::default().run(&[x], |xs| unfold(&xs[0], &win, 0.25))?;
@@ -240,8 +241,10 @@ fn is_invalid<T>(r: Result<T>) -> bool {
 fn bad_arguments_are_errors() -> Result<()> {
     let x = Tensor::zeros((1, 2, 5, 5), DType::F32, CPU)?;
     let ok = |k, s, p, d| x.unfold2d(k, s, p, d, 0.0);
-    assert!(matches!(Tensor::zeros((2, 5, 5), DType::F32, CPU)?.unfold2d((2, 2), (1, 1), (0, 0), (1, 1), 0.0),
-        Err(Error::RankMismatch { .. })));
+    assert!(matches!(
+        Tensor::zeros((2, 5, 5), DType::F32, CPU)?.unfold2d((2, 2), (1, 1), (0, 0), (1, 1), 0.0),
+        Err(Error::RankMismatch { .. })
+    ));
     assert!(is_invalid(ok((0, 2), (1, 1), (0, 0), (1, 1))), "zero kernel");
     assert!(is_invalid(ok((2, 2), (1, 0), (0, 0), (1, 1))), "zero stride");
     assert!(is_invalid(ok((2, 2), (1, 1), (0, 0), (0, 1))), "zero dilation");
@@ -252,6 +255,13 @@ fn bad_arguments_are_errors() -> Result<()> {
     assert!(is_invalid(ok((3, 3), (1, 1), (0, 0), (1, usize::MAX))), "dilation overflows");
     assert!(is_invalid(ok((usize::MAX, 1), (1, 1), (0, 0), (1, 1))), "huge kernel");
     assert!(is_invalid(ok((1, 1), (1, 1), (usize::MAX / 4, usize::MAX / 4), (1, 1))), "output too large");
+
+    // Huge strides and padding that still fit: one window, mostly padding.
+    let far = x.unfold2d((1, 2), (1, usize::MAX), (0, usize::MAX / 2 - 2), (1, 1), 5.0)?;
+    assert_eq!(far.dims(), &[1, 2, 2, 5]);
+    assert!(far.to_vec::<f32>()?.iter().all(|&v| v == 5.0));
+    let back = far.fold2d((5, 5), (1, 2), (1, usize::MAX), (0, usize::MAX / 2 - 2), (1, 1))?;
+    assert!(back.to_vec::<f32>()?.iter().all(|&v| v == 0.0));
 
     let win = Window2d { kernel: (2, 2), stride: (1, 1), padding: (0, 0), dilation: (1, 1) };
     let cols = unfold(&x, &win, 0.0)?;

@@ -21,8 +21,8 @@ pub use activation::{leaky_relu, Activation, SWISH};
 pub use init::{fans, Init, VarBuilder};
 pub use layers::*;
 pub use loss::{
-    binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, cross_entropy_with, huber_loss, l1_loss, mse,
-    nll_loss, CrossEntropyOptions, Loss, Reduction,
+    binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, cross_entropy_with, huber_loss, l1_loss,
+    mse, nll_loss, CrossEntropyOptions, Loss, Reduction,
 };
 pub use module::{prefixed, Module, Sequential};
 pub use optim::{

@@ -49,6 +49,7 @@ impl Sequential {
     }
 
     /// Appends a layer (builder style).
+    #[allow(clippy::should_implement_trait)]
     pub fn add(mut self, layer: impl Module + 'static) -> Self {
         self.layers.push(Box::new(layer));
         self

@@ -97,7 +97,7 @@ impl TrainingConfig {
             return bad(format!("validation_split must be in [0, 1), got {}", self.validation_split));
         }
         if let Some(c) = self.clip_grad_norm {
-            if !(c > 0.0) {
+            if c.is_nan() || c <= 0.0 {
                 return bad(format!("clip_grad_norm must be positive, got {c}"));
             }
         }

@@ -90,7 +90,10 @@ impl Network {
             _ => Some((x.narrow(0, n_train, n_val)?, targets.narrow(n_train, n_val)?)),
         };
         if config.verbose {
-            eprintln!("training on {device:?}: {n_train} samples, {n_val} for validation, {} parameters", self.num_parameters());
+            eprintln!(
+                "training on {device:?}: {n_train} samples, {n_val} for validation, {} parameters",
+                self.num_parameters()
+            );
         }
         rnn_core::manual_seed(config.seed);
         let result = Trainer::new(self, config)?.run(&x_train, &t_train, val.as_ref());

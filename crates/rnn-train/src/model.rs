@@ -2,8 +2,8 @@
 
 use rnn_core::{DType, Result, Tensor};
 use rnn_nn::{
-    Activation, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Conv2dConfig, Dropout, Embedding, Flatten, Gru,
-    LayerNorm, Linear, Lstm, MaxPool2d, Module, Pool2dConfig, RecurrentConfig, Rnn, RnnNonlinearity, VarBuilder,
+    Activation, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Conv2dConfig, Dropout, Embedding, Flatten, Gru, LayerNorm,
+    Linear, Lstm, MaxPool2d, Module, Pool2dConfig, RecurrentConfig, Rnn, RnnNonlinearity, VarBuilder,
 };
 
 use crate::spec::{layer_error, output_shape, LayerBuilder, LayerKind};
@@ -76,7 +76,13 @@ fn build_layer(i: usize, spec: &LayerBuilder, input: &[usize], vb: &mut VarBuild
         }
         LayerKind::Conv2d { filters, kernel } => {
             let (s, p, d) = (spec.stride.unwrap_or(1), spec.padding, spec.dilation);
-            let cfg = Conv2dConfig { stride: (s, s), padding: (p, p), dilation: (d, d), groups: spec.groups, bias: spec.use_bias };
+            let cfg = Conv2dConfig {
+                stride: (s, s),
+                padding: (p, p),
+                dilation: (d, d),
+                groups: spec.groups,
+                bias: spec.use_bias,
+            };
             Box::new(Conv2d::new(channels, *filters, (*kernel, *kernel), cfg, vb)?)
         }
         LayerKind::MaxPool2d { kernel } => Box::new(MaxPool2d::with_config((*kernel, *kernel), pool_cfg(spec))?),
@@ -89,7 +95,9 @@ fn build_layer(i: usize, spec: &LayerBuilder, input: &[usize], vb: &mut VarBuild
         },
         LayerKind::LayerNorm => Box::new(LayerNorm::new(&[features], vb)?),
         LayerKind::Flatten => Box::new(Flatten::new(1, -1)),
-        LayerKind::Rnn { units } => recurrent(spec, Rnn::new(features, *units, RnnNonlinearity::Tanh, rec_cfg(spec), vb)?),
+        LayerKind::Rnn { units } => {
+            recurrent(spec, Rnn::new(features, *units, RnnNonlinearity::Tanh, rec_cfg(spec), vb)?)
+        }
         LayerKind::Lstm { units } => recurrent(spec, Lstm::new(features, *units, rec_cfg(spec), vb)?),
         LayerKind::Gru { units } => recurrent(spec, Gru::new(features, *units, rec_cfg(spec), vb)?),
         LayerKind::Embedding { vocab, dim } => Box::new(TokenEmbedding(Embedding::new(*vocab, *dim, vb)?)),

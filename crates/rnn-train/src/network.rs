@@ -135,7 +135,10 @@ impl Network {
         let model = Model::build(&self.spec.input_shape, &self.spec.layers, &mut vb)?;
         let state = self.state();
         let mut moved = Network { spec: self.spec.clone(), model, device };
-        crate::checkpoint::apply(&moved.state(), &crate::checkpoint::Checkpoint { tensors: state, metadata: Default::default() })?;
+        crate::checkpoint::apply(
+            &moved.state(),
+            &crate::checkpoint::Checkpoint { tensors: state, metadata: Default::default() },
+        )?;
         moved.model.set_training(false);
         *self = moved;
         Ok(())
@@ -170,7 +173,10 @@ impl Network {
     pub(crate) fn map_batches<T>(&self, x: &Tensor, f: impl Fn(&Tensor) -> Result<T>) -> Result<Vec<T>> {
         let n = x.dims().first().copied().unwrap_or(0);
         no_grad(|| {
-            (0..n).step_by(INFERENCE_BATCH).map(|start| f(&x.narrow(0, start, INFERENCE_BATCH.min(n - start))?)).collect()
+            (0..n)
+                .step_by(INFERENCE_BATCH)
+                .map(|start| f(&x.narrow(0, start, INFERENCE_BATCH.min(n - start))?))
+                .collect()
         })
     }
 
@@ -192,7 +198,8 @@ impl Network {
     fn check_loss_fits(&self) -> Result<()> {
         let out = self.output_shape();
         if self.spec.loss == LossFunction::CategoricalCrossEntropy && (out.len() != 1 || out[0] < 2) {
-            let msg = format!("CategoricalCrossEntropy needs [classes >= 2] outputs per sample, the network gives {out:?}");
+            let msg =
+                format!("CategoricalCrossEntropy needs [classes >= 2] outputs per sample, the network gives {out:?}");
             return Err(Error::invalid("Network::build", msg));
         }
         Ok(())
@@ -203,8 +210,12 @@ impl Network {
         let mut s = format!("input        {:?}\n", self.spec.input_shape);
         for (i, (layer, shape)) in self.spec.layers.iter().zip(&self.model.shapes).enumerate() {
             let prefix = format!("layers.{i}.");
-            let params: usize =
-                self.named_parameters().iter().filter(|(n, _)| n.starts_with(&prefix)).map(|(_, t)| t.elem_count()).sum();
+            let params: usize = self
+                .named_parameters()
+                .iter()
+                .filter(|(n, _)| n.starts_with(&prefix))
+                .map(|(_, t)| t.elem_count())
+                .sum();
             s += &format!("{i:>3} {:<28} -> {:<16} {params:>10} params\n", layer.describe(), format!("{shape:?}"));
         }
         s + &format!("loss {:?}, {} parameters, on {:?}", self.spec.loss, self.num_parameters(), self.device)

@@ -63,7 +63,9 @@ impl Targets {
 /// Integer (or integral float) labels in `0..classes`, as u32.
 fn class_ids(y: &Tensor, classes: usize) -> Result<Tensor> {
     let values = y.to_dtype(DType::F64)?.to_vec::<f64>()?;
-    if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| !(v.fract() == 0.0 && **v >= 0.0 && **v < classes as f64)) {
+    if let Some((i, v)) =
+        values.iter().enumerate().find(|(_, v)| !(v.fract() == 0.0 && **v >= 0.0 && **v < classes as f64))
+    {
         let msg = format!("label {i} is {v}; class ids must be integers in 0..{classes}");
         return Err(Error::invalid("Network::train", msg));
     }

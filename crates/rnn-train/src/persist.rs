@@ -34,7 +34,8 @@ impl Network {
             loss: self.loss_function(),
             seed: self.init_seed(),
         };
-        let json = serde_json::to_string(&arch).map_err(|e| Error::Msg(format!("cannot encode the architecture: {e}")))?;
+        let json =
+            serde_json::to_string(&arch).map_err(|e| Error::Msg(format!("cannot encode the architecture: {e}")))?;
         let metadata = BTreeMap::from([(FORMAT_KEY.to_string(), FORMAT.to_string()), (ARCH_KEY.to_string(), json)]);
         checkpoint::save(path, &self.state(), &metadata)
     }
@@ -48,7 +49,8 @@ impl Network {
         for layer in arch.layers {
             builder = builder.add_layer(layer);
         }
-        let net = builder.build().map_err(|e| Error::bad_file(path, format!("the saved architecture is invalid: {e}")))?;
+        let net =
+            builder.build().map_err(|e| Error::bad_file(path, format!("the saved architecture is invalid: {e}")))?;
         checkpoint::apply(&net.state(), &ckpt)?;
         Ok(net)
     }

@@ -75,20 +75,40 @@ impl LossFunction {
 /// Which layer a `LayerBuilder` describes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum LayerKind {
-    Dense { units: usize },
-    Conv2d { filters: usize, kernel: usize },
-    MaxPool2d { kernel: usize },
-    AvgPool2d { kernel: usize },
-    Dropout { rate: f64 },
+    Dense {
+        units: usize,
+    },
+    Conv2d {
+        filters: usize,
+        kernel: usize,
+    },
+    MaxPool2d {
+        kernel: usize,
+    },
+    AvgPool2d {
+        kernel: usize,
+    },
+    Dropout {
+        rate: f64,
+    },
     /// BatchNorm1d on `[C]` / `[C, L]` samples, BatchNorm2d on `[C, H, W]`.
     BatchNorm,
     LayerNorm,
     Flatten,
-    Rnn { units: usize },
-    Lstm { units: usize },
-    Gru { units: usize },
+    Rnn {
+        units: usize,
+    },
+    Lstm {
+        units: usize,
+    },
+    Gru {
+        units: usize,
+    },
     /// Token ids (stored as numbers in the input) to vectors.
-    Embedding { vocab: usize, dim: usize },
+    Embedding {
+        vocab: usize,
+        dim: usize,
+    },
 }
 
 /// One layer of a `Network`, Keras style: `LayerBuilder::dense(128).activation(ReLU)`.

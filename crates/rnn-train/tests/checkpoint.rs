@@ -5,7 +5,6 @@ mod common;
 use common::temp_dir;
 use std::collections::BTreeMap;
 
-
 use rnn_core::{DType, Device, Error, Result, Tensor};
 use rnn_nn::{Linear, Module, VarBuilder};
 use rnn_train::checkpoint::{self, Checkpoint};

@@ -7,8 +7,8 @@ mod common;
 
 use rnn_core::Result;
 use rnn_train::data::{load_mnist, MnistSplit};
-use rnn_train::{ActivationFunction::ReLU, ActivationFunction::Softmax, LayerBuilder, LossFunction, Network};
 use rnn_train::TrainingConfig;
+use rnn_train::{ActivationFunction::ReLU, ActivationFunction::Softmax, LayerBuilder, LossFunction, Network};
 
 #[test]
 fn mlp_reaches_95_percent_on_real_mnist() -> Result<()> {
@@ -29,7 +29,12 @@ fn mlp_reaches_95_percent_on_real_mnist() -> Result<()> {
     let history = net.train(&train.inputs, &train.labels, &config)?;
     let eval = net.evaluate(&test.inputs, &test.labels)?;
     let accuracy = eval.accuracy.unwrap_or(0.0);
-    eprintln!("MNIST (8k train / 2k test): accuracy {:.2}%, loss {:.4}, train losses {:?}", accuracy * 100.0, eval.loss, history.train_loss);
+    eprintln!(
+        "MNIST (8k train / 2k test): accuracy {:.2}%, loss {:.4}, train losses {:?}",
+        accuracy * 100.0,
+        eval.loss,
+        history.train_loss
+    );
     assert!(accuracy >= 0.95, "accuracy {accuracy} below 0.95");
     Ok(())
 }

@@ -140,12 +140,8 @@ fn early_stopping_stops_and_restores_the_best_weights() -> Result<()> {
     let mut net = mlp(32)?;
     // A learning rate this large makes validation loss worse after the first epochs.
     let rule = EarlyStopping { monitor: Monitor::ValLoss, patience: 2, min_delta: 0.0, restore_best_weights: true };
-    let config = TrainingConfig {
-        learning_rate: 0.05,
-        validation_split: 0.25,
-        early_stopping: Some(rule),
-        ..quiet(30)
-    };
+    let config =
+        TrainingConfig { learning_rate: 0.05, validation_split: 0.25, early_stopping: Some(rule), ..quiet(30) };
     let history = net.train(&data.inputs, &data.labels, &config)?;
     assert!(history.epochs() < 30, "never stopped: {:?}", history.val_loss);
     let best = history.best_epoch.unwrap();
@@ -171,7 +167,10 @@ fn schedule_and_clipping_are_applied() -> Result<()> {
     };
     let history = net.train(&data.inputs, &data.labels, &config)?;
     let lrs = &history.learning_rates;
-    assert!((lrs[0] - 0.01).abs() < 1e-12 && (lrs[1] - 0.005).abs() < 1e-12 && (lrs[2] - 0.0025).abs() < 1e-12, "{lrs:?}");
+    assert!(
+        (lrs[0] - 0.01).abs() < 1e-12 && (lrs[1] - 0.005).abs() < 1e-12 && (lrs[2] - 0.0025).abs() < 1e-12,
+        "{lrs:?}"
+    );
     Ok(())
 }
 

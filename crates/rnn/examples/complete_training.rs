@@ -8,6 +8,8 @@
 use rnn::train::data::{load_mnist, synthetic_digits, MnistSplit};
 use rnn::{gpu::*, *};
 
+// Written the way the GPU guide writes it: a default config, then field by field.
+#[allow(clippy::field_reassign_with_default)]
 fn main() -> Result<()> {
     // Initialize GPU
     let gpu_manager = GpuManager::new();

@@ -89,8 +89,17 @@ fn select<T: Copy + Sync + Send + bytemuck::Zeroable>(
     par_fill(&mut out, 1, |chunk, first| {
         for_each_row_piece([&rt, &rf], first, chunk.len(), |k, [st, sf], col, take| {
             let (it, jf) = (st + col * rt.stride, sf + col * rf.stride);
-            for (j, (o, &c)) in chunk[k..k + take].iter_mut().zip(&cond[first + k..]).enumerate() {
-                *o = if c { t[it + j * rt.stride] } else { f[jf + j * rf.stride] };
+            let dst = &mut chunk[k..k + take];
+            let cond = &cond[first + k..][..take];
+            if rt.stride == 1 && rf.stride == 1 {
+                for (((o, &c), &a), &b) in dst.iter_mut().zip(cond).zip(&t[it..it + take]).zip(&f[jf..jf + take]) {
+                    *o = [b, a][c as usize];
+                }
+            } else {
+                for (j, (o, &c)) in dst.iter_mut().zip(cond).enumerate() {
+                    let (a, b) = (t[it + j * rt.stride], f[jf + j * rf.stride]);
+                    *o = [b, a][c as usize];
+                }
             }
         })
     });

@@ -25,7 +25,7 @@ pub(crate) fn expect_nchw(layer: &'static str, x: &Tensor) -> Result<()> {
 }
 
 /// Checks `x` and `window` (errors name `layer`); returns the output (height, width).
-pub(crate) fn checked_output_size(layer: &'static str, x: &Tensor, window: &Window2d) -> Result<(usize, usize)> {
+fn checked_output_size(layer: &'static str, x: &Tensor, window: &Window2d) -> Result<(usize, usize)> {
     expect_nchw(layer, x)?;
     window.output_size(layer, (x.dims()[2], x.dims()[3]))
 }

@@ -56,8 +56,10 @@ fn pool(
     reduce(&cols)?.reshape((n, c, ho, wo))
 }
 
-/// Max over each window; padded positions count as -inf. When several elements of a window
-/// tie for the max, each receives the gradient (PyTorch picks one of them).
+/// Max over each window; padded positions count as -inf. The gradient of a window goes to
+/// its max; when several of its elements tie for the max, each of them receives it (PyTorch
+/// gives it to one of them), and an element that is the max of several overlapping windows
+/// receives the sum of their gradients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MaxPool2d {
     window: Window2d,

@@ -74,18 +74,6 @@ impl MaxPool2d {
     pub fn with_config(kernel: (usize, usize), config: Pool2dConfig) -> Result<Self> {
         Ok(MaxPool2d { window: pool_window("MaxPool2d", kernel, &config)? })
     }
-
-    pub fn kernel(&self) -> (usize, usize) {
-        self.window.kernel
-    }
-
-    pub fn stride(&self) -> (usize, usize) {
-        self.window.stride
-    }
-
-    pub fn padding(&self) -> (usize, usize) {
-        self.window.padding
-    }
 }
 
 impl Module for MaxPool2d {
@@ -116,18 +104,6 @@ impl AvgPool2d {
         }
         Ok(AvgPool2d { window: pool_window("AvgPool2d", kernel, &config)? })
     }
-
-    pub fn kernel(&self) -> (usize, usize) {
-        self.window.kernel
-    }
-
-    pub fn stride(&self) -> (usize, usize) {
-        self.window.stride
-    }
-
-    pub fn padding(&self) -> (usize, usize) {
-        self.window.padding
-    }
 }
 
 impl Module for AvgPool2d {
@@ -136,3 +112,23 @@ impl Module for AvgPool2d {
         pool("AvgPool2d", xs, &self.window, 0.0, |windows| windows.mean(2))
     }
 }
+
+/// The window accessors both pools share.
+macro_rules! window_getters {
+    ($($pool:ident),*) => {$(
+        impl $pool {
+            pub fn kernel(&self) -> (usize, usize) {
+                self.window.kernel
+            }
+
+            pub fn stride(&self) -> (usize, usize) {
+                self.window.stride
+            }
+
+            pub fn padding(&self) -> (usize, usize) {
+                self.window.padding
+            }
+        }
+    )*};
+}
+window_getters!(MaxPool2d, AvgPool2d);

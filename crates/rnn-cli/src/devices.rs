@@ -6,17 +6,28 @@ use rnn::Device;
 
 use crate::CliResult;
 
-const GPU_DEVICES: [Device; 2] = [Device::Cuda(0), Device::Wgpu(0)];
-
-/// Prints the CPU (threads, model) and whether each GPU backend is usable.
+/// Prints the CPU (threads, model), whether CUDA is usable, and every wgpu adapter.
 pub fn run(out: &mut dyn Write) -> CliResult<()> {
     writeln!(out, "{:<8} available ({})", Device::Cpu.to_string(), cpu_summary())?;
-    for device in GPU_DEVICES {
-        let name = device.to_string();
-        match device.check_available() {
-            Ok(()) => writeln!(out, "{name:<8} available")?,
-            Err(e) => writeln!(out, "{name:<8} not available: {e}")?,
-        }
+    match Device::Cuda(0).check_available() {
+        Ok(()) => writeln!(out, "{:<8} available", "cuda:0")?,
+        Err(e) => writeln!(out, "{:<8} not available: {e}", "cuda:0")?,
+    }
+    let adapters = rnn::wgpu_adapters();
+    if adapters.is_empty() {
+        writeln!(out, "{:<8} no adapters found", "wgpu")?;
+    }
+    for a in adapters {
+        let device = Device::Wgpu(a.ordinal).to_string();
+        let kind = if a.is_software { "software, used only when asked for" } else { a.device_type.as_str() };
+        let f16 = if a.shader_f16 { ", f16" } else { "" };
+        writeln!(
+            out,
+            "{device:<8} {} ({}, {kind}{f16}, max buffer {} MiB)",
+            a.name,
+            a.backend,
+            a.max_buffer_bytes >> 20
+        )?;
     }
     match Device::best() {
         Ok(best) => writeln!(out, "best device: {best}")?,

@@ -1,6 +1,7 @@
 //! The `rnn` command: `devices`, `bench cpu`, `train`.
 
 mod bench_cpu;
+mod bench_gpu;
 mod bench_train;
 mod devices;
 mod timing;
@@ -42,6 +43,9 @@ enum BenchSuite {
     /// Epoch time of the `rnn train` MLP and CNN through the Network API (bench/train_bench.py
     /// is the PyTorch twin).
     Train(TrainBenchArgs),
+    /// A GPU against its references in one run: matmul vs the CPU backend, memory-bound ops
+    /// vs a device-to-device copy.
+    Gpu(GpuBenchArgs),
 }
 
 /// Options every benchmark suite takes.
@@ -73,8 +77,24 @@ struct TrainBenchArgs {
     device: Option<String>,
 }
 
+#[derive(Args)]
+struct GpuBenchArgs {
+    #[command(flatten)]
+    options: BenchOptions,
+    /// `cuda:N` or `wgpu:N` / `wgpu:<name>` (default: the best available GPU).
+    #[arg(long)]
+    device: Option<String>,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if std::env::var("RNN_GPU_DEBUG").is_ok_and(|v| v != "0") {
+        // GPU device, kernel-compile and launch logs go to stderr.
+        tracing_subscriber::fmt()
+            .with_max_level(tracing_subscriber::filter::LevelFilter::DEBUG)
+            .with_writer(io::stderr)
+            .init();
+    }
     match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
@@ -89,6 +109,7 @@ fn run(command: Command) -> CliResult<ExitCode> {
         Command::Devices => devices::run(&mut io::stdout().lock())?,
         Command::Bench(BenchSuite::Cpu(args)) => bench_cpu(&args)?,
         Command::Bench(BenchSuite::Train(args)) => bench_train(&args)?,
+        Command::Bench(BenchSuite::Gpu(args)) => bench_gpu(&args)?,
         Command::Train(args) => train::run(&args)?,
     }
     Ok(ExitCode::SUCCESS)
@@ -106,6 +127,15 @@ fn bench_train(args: &TrainBenchArgs) -> CliResult<()> {
     };
     let sizes = if args.options.quick { bench_train::TrainSizes::QUICK } else { bench_train::TrainSizes::FULL };
     run_bench(&args.options, |out| bench_train::run(sizes, device, out))
+}
+
+fn bench_gpu(args: &GpuBenchArgs) -> CliResult<()> {
+    let device = match &args.device {
+        Some(name) => rnn::Device::parse(name)?,
+        None => rnn::Device::best()?,
+    };
+    let sizes = if args.options.quick { bench_gpu::GpuSizes::QUICK } else { bench_gpu::GpuSizes::FULL };
+    run_bench(&args.options, |out| bench_gpu::run(sizes, device, out))
 }
 
 /// Sets the thread count, opens the JSON file (so a bad path fails before the benchmark,

@@ -90,4 +90,7 @@ macro_rules! unavailable_backend {
 }
 
 unavailable_backend!(CudaStorage, "cuda", Cuda);
+#[cfg(not(feature = "wgpu"))]
 unavailable_backend!(WgpuStorage, "wgpu", Wgpu);
+#[cfg(feature = "wgpu")]
+pub use crate::wgpu::WgpuStorage;

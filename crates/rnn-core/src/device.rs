@@ -20,13 +20,36 @@ impl Device {
             device.check_available()?;
             return Ok(device);
         }
-        Ok([Device::Cuda(0), Device::Wgpu(0)].into_iter().find(|d| d.is_available()).unwrap_or(Device::Cpu))
+        if Device::Cuda(0).is_available() {
+            return Ok(Device::Cuda(0));
+        }
+        Ok(Device::best_wgpu().filter(|d| d.is_available()).unwrap_or(Device::Cpu))
     }
 
-    /// Parses `cpu`, `cuda`, `cuda:N`, `wgpu`, `wgpu:N`.
+    /// The first hardware wgpu adapter (software ones such as llvmpipe are never "the GPU").
+    fn best_wgpu() -> Option<Device> {
+        #[cfg(feature = "wgpu")]
+        return crate::wgpu::best_ordinal().map(Device::Wgpu);
+        #[cfg(not(feature = "wgpu"))]
+        None
+    }
+
+    /// The wgpu adapter whose name contains `name`, for `wgpu:<name>`.
+    fn wgpu_named(name: &str) -> Result<usize> {
+        #[cfg(feature = "wgpu")]
+        if let Some(i) = crate::wgpu::find_adapter(name) {
+            return Ok(i);
+        }
+        Err(Error::invalid("device", format!("no wgpu adapter is named like '{name}' (see `rnn devices`)")))
+    }
+
+    /// Parses `cpu`, `cuda`, `cuda:N`, `wgpu`, `wgpu:N` or `wgpu:<part of an adapter name>`.
     pub fn parse(name: &str) -> Result<Device> {
         let name = name.trim().to_ascii_lowercase();
         let (kind, index) = match name.split_once(':') {
+            Some(("wgpu", i)) if i.parse::<usize>().is_err() && !i.is_empty() => {
+                ("wgpu".to_string(), Device::wgpu_named(i)?)
+            }
             Some((k, i)) => {
                 let i = i.parse().map_err(|_| Error::invalid("device", format!("bad device index in '{name}'")))?;
                 (k.to_string(), i)
@@ -47,6 +70,16 @@ impl Device {
 
     pub fn is_available(&self) -> bool {
         self.check_available().is_ok()
+    }
+
+    /// Blocks until every kernel queued on this device has finished (a no-op on the CPU,
+    /// whose ops finish before they return). Benchmarks call it to time GPU work.
+    pub fn synchronize(&self) -> Result<()> {
+        match self {
+            Device::Cpu => Ok(()),
+            Device::Cuda(_) => self.check_available(),
+            Device::Wgpu(i) => crate::wgpu_memory::synchronize(*i),
+        }
     }
 
     /// `Ok` when tensors can be created on this device in this build, on this machine.

@@ -69,11 +69,13 @@ fn edges(t: &Tensor, elided: &[bool]) -> Result<Tensor> {
 /// Every element as text, in row-major order, right-aligned to one common width.
 fn format_cells(t: &Tensor, precision: usize) -> Result<Vec<String>> {
     let cells: Vec<String> = if t.dtype().is_float() {
-        let values = t.to_dtype(DType::F64)?.to_vec::<f64>()?;
+        let values = t.to_f64_vec()?;
         let sci = needs_scientific(&values);
         values.iter().map(|&v| format_float(v, precision, sci)).collect()
     } else {
-        t.to_dtype(DType::I64)?.to_vec::<i64>()?.iter().map(i64::to_string).collect()
+        // Converted on the host: a GPU backend may keep i64 in 32 bits.
+        let host = t.detach().to_device(crate::Device::Cpu)?;
+        host.to_dtype(DType::I64)?.to_vec::<i64>()?.iter().map(i64::to_string).collect()
     };
     let width = cells.iter().map(String::len).max().unwrap_or(0);
     Ok(cells.into_iter().map(|c| format!("{c:>width$}")).collect())

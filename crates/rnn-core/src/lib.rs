@@ -14,6 +14,7 @@
 #[macro_use]
 pub mod cpu;
 
+mod adapter_info;
 pub mod backends;
 mod backprop;
 mod device;
@@ -35,8 +36,12 @@ pub mod storage;
 mod tensor;
 mod view;
 mod window;
+pub mod wgpu_memory;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 pub use backprop::{no_grad, GradStore, NoGradGuard};
+pub use adapter_info::{wgpu_adapters, WgpuAdapterInfo};
 pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};

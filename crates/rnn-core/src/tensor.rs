@@ -231,6 +231,23 @@ impl Tensor {
     }
 
     /// The value of a one-element tensor (any rank).
+    /// Every element converted to f64 on the host, whatever the dtype and device (a GPU
+    /// backend need not store f64 for this).
+    pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
+        self.detach().to_device(Device::Cpu)?.to_dtype(DType::F64)?.to_vec::<f64>()
+    }
+
+    /// The single element, converted to f64 on the host (see `to_f64_vec`).
+    pub fn to_f64_scalar(&self) -> Result<f64> {
+        match self.to_f64_vec()?.as_slice() {
+            [x] => Ok(*x),
+            v => Err(Error::invalid(
+                "to_f64_scalar",
+                format!("tensor of shape {:?} has {} elements, not 1", self.shape(), v.len()),
+            )),
+        }
+    }
+
     pub fn to_scalar<T: WithDType>(&self) -> Result<T> {
         if self.elem_count() != 1 {
             return Err(Error::invalid(

@@ -1,51 +1,57 @@
 //! The std-trait API of `Tensor`: `Display` (PyTorch-style printing) and the arithmetic
-//! operators (`+ - * /` and unary `-` on owned and borrowed tensors and on `f64`).
+//! operators (`+ - * /` and unary `-` on owned and borrowed tensors and on `f64`), on every
+//! device: printing reads the (possibly strided) values back from the device.
 
+mod common;
+
+use common::{other_dtype, supports, widest_float};
 use rnn_core::{DType, Device, Error, Result, Tensor};
 
-const CPU: Device = Device::Cpu;
+fn matrix(device: Device) -> Result<Tensor> {
+    Tensor::from_vec(vec![1f32, -2.5, 3., 4., 5., -6.], (2, 3), device)
+}
 
-fn matrix() -> Result<Tensor> {
-    Tensor::from_vec(vec![1f32, -2.5, 3., 4., 5., -6.], (2, 3), CPU)
+/// `want` as printed on `device`: the header names the device (`cpu` in the literals).
+fn on(device: Device, want: &str) -> String {
+    want.replace(", cpu]", &format!(", {device}]"))
 }
 
 // ---------------------------------------------------------------- Display
 
-#[test]
-fn display_f32_matrix() -> Result<()> {
+fn display_f32_matrix(device: Device) -> Result<()> {
     let want = "\
 [[ 1.0000, -2.5000,  3.0000],
  [ 4.0000,  5.0000, -6.0000]]
 Tensor[[2, 3], f32, cpu]";
-    assert_eq!(matrix()?.to_string(), want);
+    assert_eq!(matrix(device)?.to_string(), on(device, want));
     Ok(())
 }
+test_device!(display_f32_matrix_test, display_f32_matrix);
 
-#[test]
-fn display_i64_vector() -> Result<()> {
-    let t = Tensor::from_vec(vec![1i64, -20, 300], 3, CPU)?;
-    assert_eq!(t.to_string(), "[  1, -20, 300]\nTensor[[3], i64, cpu]");
+fn display_i64_vector(device: Device) -> Result<()> {
+    let t = Tensor::from_vec(vec![1i64, -20, 300], 3, device)?;
+    assert_eq!(t.to_string(), on(device, "[  1, -20, 300]\nTensor[[3], i64, cpu]"));
     Ok(())
 }
+test_device!(display_i64_vector_test, display_i64_vector);
 
-#[test]
-fn display_rank0() -> Result<()> {
-    assert_eq!(Tensor::scalar(3.5f32, CPU)?.to_string(), "3.5000\nTensor[[], f32, cpu]");
-    assert_eq!(Tensor::scalar(7u8, CPU)?.to_string(), "7\nTensor[[], u8, cpu]");
+fn display_rank0(device: Device) -> Result<()> {
+    assert_eq!(Tensor::scalar(3.5f32, device)?.to_string(), on(device, "3.5000\nTensor[[], f32, cpu]"));
+    assert_eq!(Tensor::scalar(7u8, device)?.to_string(), on(device, "7\nTensor[[], u8, cpu]"));
     Ok(())
 }
+test_device!(display_rank0_test, display_rank0);
 
-#[test]
-fn display_empty() -> Result<()> {
-    let t = Tensor::zeros((2, 0), DType::F32, CPU)?;
-    assert_eq!(t.to_string(), "[]\nTensor[[2, 0], f32, cpu]");
-    assert_eq!(Tensor::zeros(0, DType::I64, CPU)?.to_string(), "[]\nTensor[[0], i64, cpu]");
+fn display_empty(device: Device) -> Result<()> {
+    let t = Tensor::zeros((2, 0), DType::F32, device)?;
+    assert_eq!(t.to_string(), on(device, "[]\nTensor[[2, 0], f32, cpu]"));
+    assert_eq!(Tensor::zeros(0, DType::I64, device)?.to_string(), on(device, "[]\nTensor[[0], i64, cpu]"));
     Ok(())
 }
+test_device!(display_empty_test, display_empty);
 
-#[test]
-fn display_summarized_matrix() -> Result<()> {
-    let t = Tensor::arange(0i64, 10_000, CPU)?.reshape((100, 100))?;
+fn display_summarized_matrix(device: Device) -> Result<()> {
+    let t = Tensor::arange(0i64, 10_000, device)?.reshape((100, 100))?;
     let want = "\
 [[   0,    1,    2,  ...,   97,   98,   99],
  [ 100,  101,  102,  ...,  197,  198,  199],
@@ -55,30 +61,33 @@ fn display_summarized_matrix() -> Result<()> {
  [9800, 9801, 9802,  ..., 9897, 9898, 9899],
  [9900, 9901, 9902,  ..., 9997, 9998, 9999]]
 Tensor[[100, 100], i64, cpu]";
-    assert_eq!(t.to_string(), want);
+    assert_eq!(t.to_string(), on(device, want));
     Ok(())
 }
+test_device!(display_summarized_matrix_test, display_summarized_matrix);
 
-#[test]
-fn display_summarizes_only_long_dims_of_large_tensors() -> Result<()> {
+fn display_summarizes_only_long_dims_of_large_tensors(device: Device) -> Result<()> {
     // 2000 elements: dim 0 (size 2) is printed whole, dim 1 is cut.
-    let t = Tensor::arange(0i64, 2000, CPU)?.reshape((2, 1000))?;
+    let t = Tensor::arange(0i64, 2000, device)?.reshape((2, 1000))?;
     let want = "\
 [[   0,    1,    2,  ...,  997,  998,  999],
  [1000, 1001, 1002,  ..., 1997, 1998, 1999]]
 Tensor[[2, 1000], i64, cpu]";
-    assert_eq!(t.to_string(), want);
+    assert_eq!(t.to_string(), on(device, want));
     // 1000 elements is not more than the threshold: nothing is cut (the lines wrap).
-    let t = Tensor::arange(0i64, 1000, CPU)?;
+    let t = Tensor::arange(0i64, 1000, device)?;
     assert!(!t.to_string().contains("..."));
     Ok(())
 }
+test_device!(
+    display_summarizes_only_long_dims_of_large_tensors_test,
+    display_summarizes_only_long_dims_of_large_tensors
+);
 
-#[test]
-fn display_scientific() -> Result<()> {
-    let t = Tensor::from_vec(vec![1e-8f64, -1.0, 0.0, 1e8], 4, CPU)?;
-    let want = "[ 1.0000e-08, -1.0000e+00,  0.0000e+00,  1.0000e+08]\nTensor[[4], f64, cpu]";
-    assert_eq!(t.to_string(), want);
+fn display_scientific(device: Device) -> Result<()> {
+    let t = Tensor::from_vec(vec![1e-8f64, -1.0, 0.0, 1e8], 4, Device::Cpu)?.to_dtype(widest_float(device))?;
+    let want = format!("[ 1.0000e-08, -1.0000e+00,  0.0000e+00,  1.0000e+08]\nTensor[[4], {}, cpu]", t.dtype());
+    assert_eq!(t.to_device(device)?.to_string(), on(device, &want));
     // Each trigger alone: a value below 1e-4, one above 1e8, a range over 1000; or none.
     let cases = [
         ([1e-5f32, 0.5], "[1.0000e-05, 5.0000e-01]"),
@@ -87,22 +96,22 @@ fn display_scientific() -> Result<()> {
         ([0.001, -0.5], "[ 0.0010, -0.5000]"),
     ];
     for (values, want) in cases {
-        let t = Tensor::from_vec(values.to_vec(), 2, CPU)?;
-        assert_eq!(t.to_string(), format!("{want}\nTensor[[2], f32, cpu]"));
+        let t = Tensor::from_vec(values.to_vec(), 2, device)?;
+        assert_eq!(t.to_string(), on(device, &format!("{want}\nTensor[[2], f32, cpu]")));
     }
     Ok(())
 }
+test_device!(display_scientific_test, display_scientific);
 
-#[test]
-fn display_non_finite() -> Result<()> {
-    let t = Tensor::from_vec(vec![f32::NAN, f32::NEG_INFINITY, 1.5], 3, CPU)?;
-    assert_eq!(t.to_string(), "[   nan,   -inf, 1.5000]\nTensor[[3], f32, cpu]");
+fn display_non_finite(device: Device) -> Result<()> {
+    let t = Tensor::from_vec(vec![f32::NAN, f32::NEG_INFINITY, 1.5], 3, device)?;
+    assert_eq!(t.to_string(), on(device, "[   nan,   -inf, 1.5000]\nTensor[[3], f32, cpu]"));
     Ok(())
 }
+test_device!(display_non_finite_test, display_non_finite);
 
-#[test]
-fn display_rank3_separates_blocks_with_blank_lines() -> Result<()> {
-    let t = Tensor::arange(0i64, 8, CPU)?.reshape((2, 2, 2))?;
+fn display_rank3_separates_blocks_with_blank_lines(device: Device) -> Result<()> {
+    let t = Tensor::arange(0i64, 8, device)?.reshape((2, 2, 2))?;
     let want = "\
 [[[0, 1],
   [2, 3]],
@@ -110,42 +119,59 @@ fn display_rank3_separates_blocks_with_blank_lines() -> Result<()> {
  [[4, 5],
   [6, 7]]]
 Tensor[[2, 2, 2], i64, cpu]";
-    assert_eq!(t.to_string(), want);
+    assert_eq!(t.to_string(), on(device, want));
     Ok(())
 }
+test_device!(display_rank3_separates_blocks_with_blank_lines_test, display_rank3_separates_blocks_with_blank_lines);
 
-#[test]
-fn display_wraps_long_vectors() -> Result<()> {
+fn display_wraps_long_vectors(device: Device) -> Result<()> {
     // Cells of width 2 plus ", ": 20 per 80-column line.
-    let t = Tensor::arange(0u32, 25, CPU)?;
+    let t = Tensor::arange(0u32, 25, device)?;
     let want = "\
 [ 0,  1,  2,  3,  4,  5,  6,  7,  8,  9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
  20, 21, 22, 23, 24]
 Tensor[[25], u32, cpu]";
-    assert_eq!(t.to_string(), want);
+    assert_eq!(t.to_string(), on(device, want));
     Ok(())
 }
+test_device!(display_wraps_long_vectors_test, display_wraps_long_vectors);
 
-#[test]
-fn display_views_half_precision_and_precision_flag() -> Result<()> {
-    let t = matrix()?.t()?; // a strided view
+/// Integers print exactly, whatever their range: u32 values past i32, the ends of u8.
+fn display_integer_extremes(device: Device) -> Result<()> {
+    let t = Tensor::from_vec(vec![4_000_000_000u32, 7, u32::MAX], 3, device)?;
+    assert_eq!(t.to_string(), on(device, "[4000000000,          7, 4294967295]\nTensor[[3], u32, cpu]"));
+    let t = Tensor::from_vec(vec![255u8, 0], 2, device)?;
+    assert_eq!(t.to_string(), on(device, "[255,   0]\nTensor[[2], u8, cpu]"));
+    let t = Tensor::from_vec(vec![i32::MIN as i64, i32::MAX as i64], 2, device)?;
+    assert_eq!(t.to_string(), on(device, "[-2147483648,  2147483647]\nTensor[[2], i64, cpu]"));
+    Ok(())
+}
+test_device!(display_integer_extremes_test, display_integer_extremes);
+
+fn display_views_half_precision_and_precision_flag(device: Device) -> Result<()> {
+    let t = matrix(device)?.t()?; // a strided view
     let want = "\
 [[ 1.0000,  4.0000],
  [-2.5000,  5.0000],
  [ 3.0000, -6.0000]]
 Tensor[[3, 2], f32, cpu]";
-    assert_eq!(t.to_string(), want);
-    let half = matrix()?.to_dtype(DType::F16)?;
-    assert!(half.to_string().starts_with("[[ 1.0000, -2.5000,  3.0000],"));
-    assert_eq!(format!("{:.2}", Tensor::scalar(1.0f64 / 3.0, CPU)?), "0.33\nTensor[[], f64, cpu]");
+    assert_eq!(t.to_string(), on(device, want));
+    for half in [DType::F16, DType::BF16].into_iter().filter(|&d| supports(device, d)) {
+        let h = matrix(device)?.to_dtype(half)?;
+        assert!(h.to_string().starts_with("[[ 1.0000, -2.5000,  3.0000],"), "{half}");
+    }
+    let third = Tensor::scalar(1.0f64 / 3.0, Device::Cpu)?.to_dtype(widest_float(device))?.to_device(device)?;
+    let want = format!("0.33\nTensor[[], {}, cpu]", third.dtype());
+    assert_eq!(format!("{third:.2}"), on(device, &want));
     Ok(())
 }
+test_device!(display_views_half_precision_and_precision_flag_test, display_views_half_precision_and_precision_flag);
 
-#[test]
-fn debug_is_the_header_only() -> Result<()> {
-    assert_eq!(format!("{:?}", matrix()?), "Tensor[[2, 3], f32, cpu]");
+fn debug_is_the_header_only(device: Device) -> Result<()> {
+    assert_eq!(format!("{:?}", matrix(device)?), on(device, "Tensor[[2, 3], f32, cpu]"));
     Ok(())
 }
+test_device!(debug_is_the_header_only_test, debug_is_the_header_only);
 
 // ---------------------------------------------------------------- operators
 
@@ -165,10 +191,9 @@ macro_rules! check_binary {
     }};
 }
 
-#[test]
-fn binary_operators_match_methods() -> Result<()> {
-    let a = matrix()?;
-    let b = Tensor::from_vec(vec![2f32, 4., -1., 0.5, 8., 3.], (2, 3), CPU)?;
+fn binary_operators_match_methods(device: Device) -> Result<()> {
+    let a = matrix(device)?;
+    let b = Tensor::from_vec(vec![2f32, 4., -1., 0.5, 8., 3.], (2, 3), device)?;
     check_binary!(a, b, +, add);
     check_binary!(a, b, -, sub);
     check_binary!(a, b, *, mul);
@@ -177,54 +202,54 @@ fn binary_operators_match_methods() -> Result<()> {
     assert_eq!(values(&(&a / &b)?), [0.5, -0.625, -3., 8., 0.625, -2.]);
     Ok(())
 }
+test_device!(binary_operators_match_methods_test, binary_operators_match_methods);
 
-#[test]
-fn binary_operators_broadcast() -> Result<()> {
-    let a = matrix()?;
-    let row = Tensor::from_vec(vec![10f32, 20., 30.], 3, CPU)?;
-    let col = Tensor::from_vec(vec![1f32, -1.], (2, 1), CPU)?;
+fn binary_operators_broadcast(device: Device) -> Result<()> {
+    let a = matrix(device)?;
+    let row = Tensor::from_vec(vec![10f32, 20., 30.], 3, device)?;
+    let col = Tensor::from_vec(vec![1f32, -1.], (2, 1), device)?;
     check_binary!(a, row, +, add);
     check_binary!(col, a, *, mul);
     assert_eq!((&row - &col)?.dims(), &[2, 3]);
     assert_eq!(values(&(&a + &row)?), [11., 17.5, 33., 14., 25., 24.]);
     Ok(())
 }
+test_device!(binary_operators_broadcast_test, binary_operators_broadcast);
 
-#[test]
-fn scalar_operators_match_methods() -> Result<()> {
-    let a = matrix()?;
+fn scalar_operators_match_methods(device: Device) -> Result<()> {
+    let a = matrix(device)?;
     assert_eq!(values(&(&a + 2.0)?), values(&a.add_scalar(2.0)?));
     assert_eq!(values(&(&a - 2.0)?), values(&a.sub_scalar(2.0)?));
     assert_eq!(values(&(&a * 2.0)?), values(&a.mul_scalar(2.0)?));
     assert_eq!(values(&(&a / 2.0)?), values(&a.div_scalar(2.0)?));
     assert_eq!(values(&(a.clone() * 2.0)?), [2., -5., 6., 8., 10., -12.]);
     // The scalar takes the tensor's dtype.
-    let ints = Tensor::from_vec(vec![1i64, 2, 3], 3, CPU)?;
+    let ints = Tensor::from_vec(vec![1i64, 2, 3], 3, device)?;
     assert_eq!((&ints * 3.0)?.to_vec::<i64>()?, [3, 6, 9]);
     Ok(())
 }
+test_device!(scalar_operators_match_methods_test, scalar_operators_match_methods);
 
-#[test]
-fn neg_operator() -> Result<()> {
-    let a = matrix()?;
+fn neg_operator(device: Device) -> Result<()> {
+    let a = matrix(device)?;
     assert_eq!(values(&(-&a)?), values(&a.neg()?));
     assert_eq!(values(&(-a.clone())?), [-1., 2.5, -3., -4., -5., 6.]);
     Ok(())
 }
+test_device!(neg_operator_test, neg_operator);
 
-#[test]
-fn operators_chain_with_question_mark() -> Result<()> {
-    let a = matrix()?;
+fn operators_chain_with_question_mark(device: Device) -> Result<()> {
+    let a = matrix(device)?;
     let y = ((&a * 2.0)? - (-&a)?)?; // 3a
     assert_eq!(values(&y), values(&a.mul_scalar(3.0)?));
     Ok(())
 }
+test_device!(operators_chain_with_question_mark_test, operators_chain_with_question_mark);
 
-#[test]
-fn operator_errors_match_methods() -> Result<()> {
-    let a = matrix()?;
-    let bad_shape = Tensor::ones((4, 3), DType::F32, CPU)?;
-    let bad_dtype = Tensor::ones((2, 3), DType::F64, CPU)?;
+fn operator_errors_match_methods(device: Device) -> Result<()> {
+    let a = matrix(device)?;
+    let bad_shape = Tensor::ones((4, 3), DType::F32, device)?;
+    let bad_dtype = Tensor::ones((2, 3), other_dtype(device, DType::F32), device)?;
     for other in [&bad_shape, &bad_dtype] {
         let want = a.add(other).unwrap_err();
         assert_eq!((&a + other).unwrap_err(), want);
@@ -236,3 +261,4 @@ fn operator_errors_match_methods() -> Result<()> {
     assert!(matches!((&a + &bad_dtype).unwrap_err(), Error::DTypeMismatch { .. }));
     Ok(())
 }
+test_device!(operator_errors_match_methods_test, operator_errors_match_methods);

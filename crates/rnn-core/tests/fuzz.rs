@@ -2,14 +2,22 @@
 //! range), indices (negative and too large), dtypes, layouts and ops. Every call must return
 //! `Ok` or `Err`, never panic; each property also states exactly when a call succeeds, and
 //! an `Ok` result must be a readable tensor of the expected shape.
+//!
+//! Every property runs on every device, with the dtypes that device supports; a GPU device
+//! runs `GPU_SHARE` of the cases (each case launches dozens of kernels).
 
+mod common;
+
+use common::{dtypes, floats, supports};
 use proptest::prelude::*;
-use proptest::test_runner::Config;
+use proptest::test_runner::{Config, TestRunner};
 use rnn_core::op::{BinaryOp, CmpOp, UnaryOp};
 use rnn_core::{DType, Device, Dims, Result, Tensor};
 
 const CPU: Device = Device::Cpu;
-const FLOATS: [DType; 4] = [DType::F16, DType::BF16, DType::F32, DType::F64];
+
+/// The fraction of each property's cases a GPU device runs.
+const GPU_SHARE: u32 = 8;
 
 /// `cases` per property (PROPTEST_CASES overrides it, for a longer run); no regression files.
 fn config(cases: u32) -> Config {
@@ -17,11 +25,27 @@ fn config(cases: u32) -> Config {
     Config { cases, failure_persistence: None, ..Config::default() }
 }
 
+/// Runs the property `test` on `cases` inputs drawn from `strategy` (a GPU device runs
+/// `cases / GPU_SHARE`); a failure panics with the shrunk input.
+fn run<S: Strategy>(device: Device, cases: u32, strategy: S, test: impl Fn(S::Value)) -> Result<()> {
+    let cases = if device.is_cpu() { cases } else { (cases / GPU_SHARE).max(8) };
+    let mut runner = TestRunner::new(config(cases));
+    if let Err(e) = runner.run(&strategy, |v| {
+        test(v);
+        Ok(())
+    }) {
+        panic!("on {device}: {e}");
+    }
+    Ok(())
+}
+
 // ---- inputs ----
 
-/// How to build one input tensor: its shape and dtype, a layout (`view`) and the values.
+/// How to build one input tensor: its device, shape and dtype, a layout (`view`) and the
+/// values.
 #[derive(Clone, Debug)]
 struct Spec {
+    device: Device,
     shape: Vec<usize>,
     dtype: DType,
     view: u8,
@@ -31,29 +55,37 @@ struct Spec {
 fn shape() -> impl Strategy<Value = Vec<usize>> {
     prop::collection::vec(0usize..5, 0..=4)
 }
-fn dtype() -> impl Strategy<Value = DType> {
-    prop::sample::select(DType::ALL.to_vec())
+/// Any dtype `device` supports.
+fn dtype(device: Device) -> impl Strategy<Value = DType> {
+    prop::sample::select(dtypes(device))
 }
-fn float_dtype() -> impl Strategy<Value = DType> {
-    prop::sample::select(FLOATS.to_vec())
+/// Any float dtype `device` supports.
+fn float_dtype(device: Device) -> impl Strategy<Value = DType> {
+    prop::sample::select(floats(device))
 }
 fn dim() -> impl Strategy<Value = i64> {
     -6i64..6
 }
-fn spec_of(dtype: impl Strategy<Value = DType>) -> impl Strategy<Value = Spec> {
-    (shape(), dtype, 0u8..4, 0usize..11).prop_map(|(shape, dtype, view, seed)| Spec { shape, dtype, view, seed })
+fn spec_of(device: Device, dtype: impl Strategy<Value = DType>) -> impl Strategy<Value = Spec> {
+    (shape(), dtype, 0u8..4, 0usize..11).prop_map(move |(shape, dtype, view, seed)| Spec {
+        device,
+        shape,
+        dtype,
+        view,
+        seed,
+    })
 }
-fn spec() -> impl Strategy<Value = Spec> {
-    spec_of(dtype())
+fn spec(device: Device) -> impl Strategy<Value = Spec> {
+    spec_of(device, dtype(device))
 }
 
-/// A tensor of exactly `s.shape` and `s.dtype`: contiguous, transposed, a narrowed view, or
-/// broadcast (stride 0), so the kernels see every kind of layout.
+/// A tensor of exactly `s.shape` and `s.dtype` on `s.device`: contiguous, transposed, a
+/// narrowed view, or broadcast (stride 0), so the kernels see every kind of layout.
 fn build(s: &Spec) -> Tensor {
     let make = |shape: &[usize]| {
         let n: usize = shape.iter().product();
         let data: Vec<f64> = (0..n).map(|i| ((i * 7 + s.seed) % 11) as f64 - 3.0).collect();
-        Tensor::from_vec(data, shape.to_vec(), CPU).and_then(|t| t.to_dtype(s.dtype)).expect("build input")
+        common::try_tensor(&data, shape, s.dtype, s.device).expect("build input")
     };
     let r = s.shape.len();
     let t = match s.view {
@@ -90,10 +122,10 @@ fn related(a: &[usize], b: &[usize], mode: u8) -> Vec<usize> {
     }
 }
 
-/// An index tensor of `shape` filled with `vals` repeated, converted to `dtype`.
-fn ids_tensor(vals: &[i64], shape: &[usize], dtype: DType) -> Tensor {
+/// An index tensor on `device` of `shape` filled with `vals` repeated, converted to `dtype`.
+fn ids_tensor(vals: &[i64], shape: &[usize], dtype: DType, device: Device) -> Tensor {
     let data = cycled(vals, shape.iter().product());
-    Tensor::from_vec(data, shape.to_vec(), CPU).and_then(|t| t.to_dtype(dtype)).expect("build ids")
+    Tensor::from_vec(data, shape.to_vec(), CPU).and_then(|t| t.to_dtype(dtype)?.to_device(device)).expect("build ids")
 }
 
 fn cycled(vals: &[i64], n: usize) -> Vec<i64> {
@@ -193,10 +225,12 @@ fn is_perm(perm: &[usize], rank: usize) -> bool {
 
 // ---- checking outcomes ----
 
-/// An `Ok` result is readable, with as many elements as its shape says.
+/// An `Ok` result is readable (its values are read back to the host), with as many elements
+/// as its shape says.
 fn check(t: &Tensor) -> Vec<f64> {
     assert_eq!(t.elem_count(), t.dims().iter().product::<usize>());
-    let values = t.to_dtype(DType::F64).and_then(|v| v.to_vec::<f64>()).expect("an Ok result is readable");
+    let values =
+        t.to_device(CPU).and_then(|v| v.to_dtype(DType::F64)?.to_vec::<f64>()).expect("an Ok result is readable");
     assert_eq!(values.len(), t.elem_count(), "{t:?}");
     let c = t.contiguous().expect("contiguous copy of an Ok result");
     assert!(c.is_contiguous());
@@ -248,32 +282,42 @@ fn sum_f64(t: &Tensor) -> f64 {
 
 // ---- elementwise ----
 
-proptest! {
-    #![proptest_config(config(2048))]
+fn unary_ops(device: Device) -> Result<()> {
+    run(
+        device,
+        2048,
+        (spec(device), 0..UnaryOp::ALL.len(), -3.0f64..3.0, -3.0f64..3.0, dtype(device)),
+        |(s, op, lo, hi, to)| {
+            let x = build(&s);
+            let float = s.dtype.is_float();
+            let op = UnaryOp::ALL[op];
+            let y = expect(op.name(), x.unary(op), float.then(|| s.shape.clone()));
+            if let Some(y) = y {
+                assert_eq!(y.dtype(), s.dtype);
+            }
+            expect("clamp", x.clamp(lo, hi), (lo <= hi).then(|| s.shape.clone()));
+            expect("to_dtype", x.to_dtype(to), Some(s.shape.clone()));
+            for bop in BinaryOp::ALL {
+                let scalar = match bop {
+                    BinaryOp::Add => x.add_scalar(lo),
+                    BinaryOp::Sub => x.sub_scalar(lo),
+                    BinaryOp::Mul => x.mul_scalar(lo),
+                    BinaryOp::Div => x.div_scalar(lo),
+                    BinaryOp::Pow => x.pow_scalar(lo),
+                    BinaryOp::Maximum => x.maximum_scalar(lo),
+                    BinaryOp::Minimum => x.minimum_scalar(lo),
+                };
+                expect(bop.name(), scalar, Some(s.shape.clone()));
+            }
+            expect("eq_scalar", x.eq_scalar(lo), Some(s.shape.clone()));
+            expect("masked_fill", x.masked_fill(&x.gt_scalar(0.0).unwrap(), hi), Some(s.shape.clone()));
+        },
+    )
+}
+test_device!(unary_ops_test, unary_ops);
 
-    #[test]
-    fn unary_ops(s in spec(), op in 0..UnaryOp::ALL.len(), lo in -3.0f64..3.0, hi in -3.0f64..3.0, to in dtype()) {
-        let x = build(&s);
-        let float = s.dtype.is_float();
-        let op = UnaryOp::ALL[op];
-        let y = expect(op.name(), x.unary(op), float.then(|| s.shape.clone()));
-        if let Some(y) = y {
-            assert_eq!(y.dtype(), s.dtype);
-        }
-        expect("clamp", x.clamp(lo, hi), (lo <= hi).then(|| s.shape.clone()));
-        expect("to_dtype", x.to_dtype(to), Some(s.shape.clone()));
-        for bop in BinaryOp::ALL {
-            let scalar = match bop { BinaryOp::Add => x.add_scalar(lo), BinaryOp::Sub => x.sub_scalar(lo), BinaryOp::Mul => x.mul_scalar(lo),
-                BinaryOp::Div => x.div_scalar(lo), BinaryOp::Pow => x.pow_scalar(lo), BinaryOp::Maximum => x.maximum_scalar(lo),
-                BinaryOp::Minimum => x.minimum_scalar(lo) };
-            expect(bop.name(), scalar, Some(s.shape.clone()));
-        }
-        expect("eq_scalar", x.eq_scalar(lo), Some(s.shape.clone()));
-        expect("masked_fill", x.masked_fill(&x.gt_scalar(0.0).unwrap(), hi), Some(s.shape.clone()));
-    }
-
-    #[test]
-    fn binary_and_cmp_ops(sa in spec(), sb in spec(), mode in 0u8..3, same_dtype in any::<bool>()) {
+fn binary_and_cmp_ops(device: Device) -> Result<()> {
+    run(device, 2048, (spec(device), spec(device), 0u8..3, any::<bool>()), |(sa, sb, mode, same_dtype)| {
         let mut sb = sb;
         sb.shape = related(&sa.shape, &sb.shape, mode);
         if same_dtype {
@@ -305,22 +349,30 @@ proptest! {
             }
             Err(_) => assert_eq!(check(&dst), dst_before),
         }
-    }
-
-    #[test]
-    fn where_cond(sc in spec(), st in spec(), sf in spec(), modes in (0u8..3, 0u8..3), same_dtype in any::<bool>()) {
-        let (mut st, mut sf) = (st, sf);
-        st.shape = related(&sc.shape, &st.shape, modes.0);
-        sf.shape = related(&st.shape, &sf.shape, modes.1);
-        if same_dtype {
-            sf.dtype = st.dtype;
-        }
-        let (c, t, f) = (build(&sc), build(&st), build(&sf));
-        let shape = broadcast(&st.shape, &sf.shape).and_then(|s| broadcast(&sc.shape, &s));
-        let ok = sc.dtype.is_int() && st.dtype == sf.dtype;
-        expect("where_cond", c.where_cond(&t, &f), shape.filter(|_| ok));
-    }
+    })
 }
+test_device!(binary_and_cmp_ops_test, binary_and_cmp_ops);
+
+fn where_cond(device: Device) -> Result<()> {
+    run(
+        device,
+        2048,
+        (spec(device), spec(device), spec(device), (0u8..3, 0u8..3), any::<bool>()),
+        |(sc, st, sf, modes, same_dtype)| {
+            let (mut st, mut sf) = (st, sf);
+            st.shape = related(&sc.shape, &st.shape, modes.0);
+            sf.shape = related(&st.shape, &sf.shape, modes.1);
+            if same_dtype {
+                sf.dtype = st.dtype;
+            }
+            let (c, t, f) = (build(&sc), build(&st), build(&sf));
+            let shape = broadcast(&st.shape, &sf.shape).and_then(|s| broadcast(&sc.shape, &s));
+            let ok = sc.dtype.is_int() && st.dtype == sf.dtype;
+            expect("where_cond", c.where_cond(&t, &f), shape.filter(|_| ok));
+        },
+    )
+}
+test_device!(where_cond_test, where_cond);
 
 // ---- reductions ----
 
@@ -344,68 +396,82 @@ fn reduce_by<D: Dims>(x: &Tensor, op: usize, dims: D, keepdim: bool) -> Result<T
     }
 }
 
-proptest! {
-    #![proptest_config(config(2048))]
-
-    #[test]
-    fn reductions(s in spec(), dims in prop::collection::vec(dim(), 0..4), keepdim in any::<bool>(), single in any::<bool>(), op in 0usize..7) {
-        let x = build(&s);
-        let dims = if single && !dims.is_empty() { vec![dims[0]] } else { dims };
-        let picked = resolve_all(&dims, s.shape.len());
-        let empty = picked.as_ref().is_some_and(|p| p.iter().any(|&d| s.shape[d] == 0));
-        let ok = picked.is_some() && !((1..=4).contains(&op) && empty) && (op != 6 || s.dtype.is_float());
-        let expected = picked.filter(|_| ok).map(|p| reduced_shape(&s.shape, &p, keepdim));
-        let r = if single && dims.len() == 1 { reduce_by(&x, op, dims[0], keepdim) } else { reduce_by(&x, op, dims.clone(), keepdim) };
-        if let Some(y) = expect("reduction", r, expected) {
-            assert_eq!(y.dtype(), if op == 3 || op == 4 { DType::U32 } else { s.dtype });
-            if op == 0 && (s.dtype == DType::F64 || s.dtype == DType::I64) && dims.is_empty() {
-                assert_eq!(sum_f64(&y), sum_f64(&x)); // reducing nothing is the identity
-            }
-        }
-        let n = x.elem_count();
-        expect("sum_all", x.sum_all(), Some(vec![]));
-        expect("mean_all", x.mean_all(), Some(vec![]));
-        expect("max_all", x.max_all(), (n > 0).then(Vec::new));
-        expect("min_all", x.min_all(), (n > 0).then(Vec::new));
-        let d = dims.first().copied().unwrap_or(-1);
-        for (what, r) in [("softmax", x.softmax(d)), ("log_softmax", x.log_softmax(d))] {
-            match resolve(d, s.shape.len()) {
-                // Rank 0 (one element) and an empty dim (nothing to normalize) may go either way.
-                Some(i) if s.shape[i] == 0 => expect_shape(what, r, &s.shape),
-                None if s.shape.is_empty() => expect_shape(what, r, &s.shape),
-                i => drop(expect(what, r, i.filter(|_| s.dtype.is_float()).map(|_| s.shape.clone()))),
-            }
-        }
-    }
-
-    #[test]
-    fn matmul(sa in spec_of(prop_oneof![float_dtype(), dtype()]), sb in spec(), align in 0u8..3, same_dtype in any::<bool>()) {
-        let mut sb = sb;
-        if same_dtype {
-            sb.dtype = sa.dtype;
-        }
-        // Make the inner (and with align 2 the batch) dims agree, so that most calls are valid.
-        if align > 0 && !sa.shape.is_empty() && !sb.shape.is_empty() {
-            let (ra, rb) = (sa.shape.len(), sb.shape.len());
-            let k = sa.shape[ra - 1];
-            let at = if rb == 1 { 0 } else { rb - 2 };
-            sb.shape[at] = k;
-            if align == 2 && ra > 2 && rb > 2 {
-                for i in 0..(ra - 2).min(rb - 2) {
-                    sb.shape[rb - 3 - i] = sa.shape[ra - 3 - i];
+fn reductions(device: Device) -> Result<()> {
+    run(
+        device,
+        2048,
+        (spec(device), prop::collection::vec(dim(), 0..4), any::<bool>(), any::<bool>(), 0usize..7),
+        |(s, dims, keepdim, single, op)| {
+            let x = build(&s);
+            let dims = if single && !dims.is_empty() { vec![dims[0]] } else { dims };
+            let picked = resolve_all(&dims, s.shape.len());
+            let empty = picked.as_ref().is_some_and(|p| p.iter().any(|&d| s.shape[d] == 0));
+            let ok = picked.is_some() && !((1..=4).contains(&op) && empty) && (op != 6 || s.dtype.is_float());
+            let expected = picked.filter(|_| ok).map(|p| reduced_shape(&s.shape, &p, keepdim));
+            let r = if single && dims.len() == 1 {
+                reduce_by(&x, op, dims[0], keepdim)
+            } else {
+                reduce_by(&x, op, dims.clone(), keepdim)
+            };
+            if let Some(y) = expect("reduction", r, expected) {
+                assert_eq!(y.dtype(), if op == 3 || op == 4 { DType::U32 } else { s.dtype });
+                if op == 0 && (s.dtype == DType::F64 || s.dtype == DType::I64) && dims.is_empty() {
+                    assert_eq!(sum_f64(&y), sum_f64(&x)); // reducing nothing is the identity
                 }
             }
-        }
-        let (a, b) = (build(&sa), build(&sb));
-        let ok = sa.dtype == sb.dtype && sa.dtype.is_float();
-        let y = expect("matmul", a.matmul(&b), matmul_shape(&sa.shape, &sb.shape).filter(|_| ok));
-        // Check the values against a broadcast multiply and sum, for 2-D f64 operands.
-        if let Some(y) = y.filter(|_| sa.dtype == DType::F64 && sa.shape.len() == 2 && sb.shape.len() == 2) {
-            let reference = a.unsqueeze(2).unwrap().mul(&b.unsqueeze(0).unwrap()).unwrap().sum(1).unwrap();
-            assert_eq!(check(&y), check(&reference));
-        }
-    }
+            let n = x.elem_count();
+            expect("sum_all", x.sum_all(), Some(vec![]));
+            expect("mean_all", x.mean_all(), Some(vec![]));
+            expect("max_all", x.max_all(), (n > 0).then(Vec::new));
+            expect("min_all", x.min_all(), (n > 0).then(Vec::new));
+            let d = dims.first().copied().unwrap_or(-1);
+            for (what, r) in [("softmax", x.softmax(d)), ("log_softmax", x.log_softmax(d))] {
+                match resolve(d, s.shape.len()) {
+                    // Rank 0 (one element) and an empty dim (nothing to normalize) may go either way.
+                    Some(i) if s.shape[i] == 0 => expect_shape(what, r, &s.shape),
+                    None if s.shape.is_empty() => expect_shape(what, r, &s.shape),
+                    i => drop(expect(what, r, i.filter(|_| s.dtype.is_float()).map(|_| s.shape.clone()))),
+                }
+            }
+        },
+    )
 }
+test_device!(reductions_test, reductions);
+
+fn matmul(device: Device) -> Result<()> {
+    run(
+        device,
+        2048,
+        (spec_of(device, prop_oneof![float_dtype(device), dtype(device)]), spec(device), 0u8..3, any::<bool>()),
+        |(sa, sb, align, same_dtype)| {
+            let mut sb = sb;
+            if same_dtype {
+                sb.dtype = sa.dtype;
+            }
+            // Make the inner (and with align 2 the batch) dims agree, so that most calls are valid.
+            if align > 0 && !sa.shape.is_empty() && !sb.shape.is_empty() {
+                let (ra, rb) = (sa.shape.len(), sb.shape.len());
+                let k = sa.shape[ra - 1];
+                let at = if rb == 1 { 0 } else { rb - 2 };
+                sb.shape[at] = k;
+                if align == 2 && ra > 2 && rb > 2 {
+                    for i in 0..(ra - 2).min(rb - 2) {
+                        sb.shape[rb - 3 - i] = sa.shape[ra - 3 - i];
+                    }
+                }
+            }
+            let (a, b) = (build(&sa), build(&sb));
+            let ok = sa.dtype == sb.dtype && sa.dtype.is_float();
+            let y = expect("matmul", a.matmul(&b), matmul_shape(&sa.shape, &sb.shape).filter(|_| ok));
+            // Check the values against a broadcast multiply and sum, for 2-D f64 operands.
+            if let Some(y) = y.filter(|_| sa.dtype == DType::F64 && sa.shape.len() == 2 && sb.shape.len() == 2) {
+                let reference = a.unsqueeze(2).unwrap().mul(&b.unsqueeze(0).unwrap()).unwrap().sum(1).unwrap();
+                assert_eq!(check(&y), check(&reference));
+            }
+        },
+    )
+}
+test_device!(matmul_test, matmul);
 
 // ---- movement ----
 
@@ -422,8 +488,18 @@ struct ViewArgs {
     to: DType,
 }
 
-fn view_args() -> impl Strategy<Value = ViewArgs> {
-    (dim(), dim(), 0usize..6, 0usize..6, shape(), prop::collection::vec(any::<u8>(), 8), 0u8..4, any::<bool>(), dtype())
+fn view_args(device: Device) -> impl Strategy<Value = ViewArgs> {
+    (
+        dim(),
+        dim(),
+        0usize..6,
+        0usize..6,
+        shape(),
+        prop::collection::vec(any::<u8>(), 8),
+        0u8..4,
+        any::<bool>(),
+        dtype(device),
+    )
         .prop_map(|(d0, d1, start, len, shape, keys, perm_mode, bcast_mode, to)| ViewArgs {
             d0,
             d1,
@@ -520,126 +596,160 @@ fn movement(x: &Tensor, op: usize, a: &ViewArgs) -> (Result<Tensor>, Option<Vec<
     }
 }
 
-proptest! {
-    #![proptest_config(config(2048))]
-
-    #[test]
-    fn movement_ops(s in spec(), op in 0usize..13, args in view_args(), then in 0usize..13, args2 in view_args()) {
-        let x = build(&s);
-        let (r, shape) = movement(&x, op, &args);
-        if let Some(y) = expect("movement", r, shape) {
-            // Ops that only rearrange the elements keep their sum (small integers: exact).
-            if [0, 1, 2, 3, 8, 9, 10, 11].contains(&op) {
-                assert_eq!(sum_f64(&y), sum_f64(&x), "op {op} changed the elements");
+fn movement_ops(device: Device) -> Result<()> {
+    run(
+        device,
+        2048,
+        (spec(device), 0usize..13, view_args(device), 0usize..13, view_args(device)),
+        |(s, op, args, then, args2)| {
+            let x = build(&s);
+            let (r, shape) = movement(&x, op, &args);
+            if let Some(y) = expect("movement", r, shape) {
+                // Ops that only rearrange the elements keep their sum (small integers: exact).
+                if [0, 1, 2, 3, 8, 9, 10, 11].contains(&op) {
+                    assert_eq!(sum_f64(&y), sum_f64(&x), "op {op} changed the elements");
+                }
+                // A second op on the (possibly strided) result, and a reduction to read it.
+                let (r2, shape2) = movement(&y, then, &args2);
+                if let Some(z) = expect("second movement", r2, shape2) {
+                    expect("sum_all", z.sum_all(), Some(vec![]));
+                    no_panic(z.add(&z));
+                }
             }
-            // A second op on the (possibly strided) result, and a reduction to read it.
-            let (r2, shape2) = movement(&y, then, &args2);
-            if let Some(z) = expect("second movement", r2, shape2) {
-                expect("sum_all", z.sum_all(), Some(vec![]));
-                no_panic(z.add(&z));
-            }
-        }
-    }
-
-    #[test]
-    fn cat_and_stack(base in shape(), parts in prop::collection::vec((0usize..5, 0usize..6, prop::option::weighted(0.2, dtype())), 0..4),
-                     dt in dtype(), d in dim(), views in prop::collection::vec(0u8..4, 4)) {
-        let specs: Vec<Spec> = parts.iter().enumerate().map(|(i, &(alt, which, other))| {
-            let mut shape = base.clone();
-            if which < shape.len() {
-                shape[which] = alt;
-            }
-            Spec { shape, dtype: other.unwrap_or(dt), view: views[i], seed: i }
-        }).collect();
-        let ts: Vec<Tensor> = specs.iter().map(build).collect();
-        let same_dtype = specs.windows(2).all(|w| w[0].dtype == w[1].dtype);
-        let cat_shape = specs.first().and_then(|first| {
-            let i = resolve(d, first.shape.len())?;
-            let fits = |s: &Spec| s.shape.len() == first.shape.len() && (0..s.shape.len()).all(|k| k == i || s.shape[k] == first.shape[k]);
-            specs.iter().all(fits).then(|| {
-                let mut out = first.shape.clone();
-                out[i] = specs.iter().map(|s| s.shape[i]).sum();
-                out
-            })
-        });
-        expect("cat", Tensor::cat(&ts, d), cat_shape.filter(|_| same_dtype));
-        let stack_shape = specs.first().and_then(|first| {
-            let i = resolve(d, first.shape.len() + 1)?;
-            specs.iter().all(|s| s.shape == first.shape).then(|| {
-                let mut out = first.shape.clone();
-                out.insert(i, specs.len());
-                out
-            })
-        });
-        expect("stack", Tensor::stack(&ts, d), stack_shape.filter(|_| same_dtype));
-    }
+        },
+    )
 }
+test_device!(movement_ops_test, movement_ops);
+
+fn cat_and_stack(device: Device) -> Result<()> {
+    run(
+        device,
+        2048,
+        (
+            shape(),
+            prop::collection::vec((0usize..5, 0usize..6, prop::option::weighted(0.2, dtype(device))), 0..4),
+            dtype(device),
+            dim(),
+            prop::collection::vec(0u8..4, 4),
+        ),
+        |(base, parts, dt, d, views)| {
+            let specs: Vec<Spec> = parts
+                .iter()
+                .enumerate()
+                .map(|(i, &(alt, which, other))| {
+                    let mut shape = base.clone();
+                    if which < shape.len() {
+                        shape[which] = alt;
+                    }
+                    Spec { device, shape, dtype: other.unwrap_or(dt), view: views[i], seed: i }
+                })
+                .collect();
+            let ts: Vec<Tensor> = specs.iter().map(build).collect();
+            let same_dtype = specs.windows(2).all(|w| w[0].dtype == w[1].dtype);
+            let cat_shape = specs.first().and_then(|first| {
+                let i = resolve(d, first.shape.len())?;
+                let fits = |s: &Spec| {
+                    s.shape.len() == first.shape.len()
+                        && (0..s.shape.len()).all(|k| k == i || s.shape[k] == first.shape[k])
+                };
+                specs.iter().all(fits).then(|| {
+                    let mut out = first.shape.clone();
+                    out[i] = specs.iter().map(|s| s.shape[i]).sum();
+                    out
+                })
+            });
+            expect("cat", Tensor::cat(&ts, d), cat_shape.filter(|_| same_dtype));
+            let stack_shape = specs.first().and_then(|first| {
+                let i = resolve(d, first.shape.len() + 1)?;
+                specs.iter().all(|s| s.shape == first.shape).then(|| {
+                    let mut out = first.shape.clone();
+                    out.insert(i, specs.len());
+                    out
+                })
+            });
+            expect("stack", Tensor::stack(&ts, d), stack_shape.filter(|_| same_dtype));
+        },
+    )
+}
+test_device!(cat_and_stack_test, cat_and_stack);
 
 // ---- indexing ----
 
-proptest! {
-    #![proptest_config(config(2048))]
+fn index_ops(device: Device) -> Result<()> {
+    run(
+        device,
+        2048,
+        (
+            spec(device),
+            prop::collection::vec(-2i64..7, 0..6),
+            prop::sample::select(vec![DType::U8, DType::U32, DType::I64, DType::F32]),
+            dim(),
+            0usize..4,
+            prop::option::weighted(0.2, shape()),
+            prop::option::weighted(0.2, dtype(device)),
+            (0usize..6, dtype(device)),
+        ),
+        |(s, vals, ids_dtype, d, m, odd_shape, src_dtype, classes_to)| {
+            let x = build(&s);
+            let r = s.shape.len();
+            let i = resolve(d, r);
+            let int_ids = ids_dtype.is_int();
 
-    #[test]
-    fn index_ops(s in spec(), vals in prop::collection::vec(-2i64..7, 0..6), ids_dtype in prop::sample::select(vec![DType::U8, DType::U32, DType::I64, DType::F32]),
-                 d in dim(), m in 0usize..4, odd_shape in prop::option::weighted(0.2, shape()), src_dtype in prop::option::weighted(0.2, dtype()),
-                 classes_to in (0usize..6, dtype())) {
-        let x = build(&s);
-        let r = s.shape.len();
-        let i = resolve(d, r);
-        let int_ids = ids_dtype.is_int();
+            let ids = ids_tensor(&vals, &[vals.len()], ids_dtype, device);
+            let shape =
+                edited(&s.shape, i.filter(|&i| int_ids && all_in_range(&vals, ids_dtype, s.shape[i])), |t, i| {
+                    t[i] = vals.len()
+                });
+            expect("index_select", x.index_select(&ids, d), shape);
+            let ids2 = ids_tensor(&vals, &[1, vals.len()], ids_dtype, device);
+            expect("index_select 2-D ids", x.index_select(&ids2, d), None);
 
-        let ids = ids_tensor(&vals, &[vals.len()], ids_dtype);
-        let shape = edited(&s.shape, i.filter(|&i| int_ids && all_in_range(&vals, ids_dtype, s.shape[i])), |t, i| t[i] = vals.len());
-        expect("index_select", x.index_select(&ids, d), shape);
-        let ids2 = ids_tensor(&vals, &[1, vals.len()], ids_dtype);
-        expect("index_select 2-D ids", x.index_select(&ids2, d), None);
-
-        // gather / scatter_add: ids shaped like x except at dim (or a random shape).
-        let ids_shape = odd_shape.or_else(|| edited(&s.shape, i, |t, i| t[i] = m)).unwrap_or_else(|| s.shape.clone());
-        let g = ids_tensor(&vals, &ids_shape, ids_dtype);
-        let n: usize = ids_shape.iter().product();
-        let fits = i.filter(|&i| {
-            ids_shape.len() == r
-                && (0..r).all(|k| k == i || ids_shape[k] == s.shape[k])
-                && int_ids
-                && all_in_range(&cycled(&vals, n), ids_dtype, s.shape[i])
-        });
-        expect("gather", x.gather(&g, d), fits.map(|_| ids_shape.clone()));
-        let src_spec = Spec { shape: ids_shape.clone(), dtype: src_dtype.unwrap_or(s.dtype), view: s.view, seed: 3 };
-        let src = build(&src_spec);
-        let ok = fits.is_some() && src_spec.dtype == s.dtype;
-        let y = expect("scatter_add", x.scatter_add(&g, &src, d), ok.then(|| s.shape.clone()));
-        if let Some(y) = y.filter(|_| s.dtype == DType::F64) {
-            // Everything in src lands somewhere: the total grows by src's total.
-            assert_eq!(sum_f64(&y), sum_f64(&x) + sum_f64(&src));
-        }
-
-        // one_hot: x's shape filled with vals as class ids.
-        let (classes, to) = classes_to;
-        let c = ids_tensor(&vals, &s.shape, ids_dtype);
-        let ok = int_ids && all_in_range(&cycled(&vals, c.elem_count()), ids_dtype, classes);
-        let mut hot_shape = s.shape.clone();
-        hot_shape.push(classes);
-        if let Some(h) = expect("one_hot", c.one_hot(classes, to), ok.then_some(hot_shape)) {
-            assert_eq!(h.dtype(), to);
-            if classes > 0 {
-                let rows = h.sum(-1).unwrap().to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
-                assert!(rows.iter().all(|&v| v == 1.0), "one_hot rows must each hold one 1: {rows:?}");
+            // gather / scatter_add: ids shaped like x except at dim (or a random shape).
+            let ids_shape =
+                odd_shape.or_else(|| edited(&s.shape, i, |t, i| t[i] = m)).unwrap_or_else(|| s.shape.clone());
+            let g = ids_tensor(&vals, &ids_shape, ids_dtype, device);
+            let n: usize = ids_shape.iter().product();
+            let fits = i.filter(|&i| {
+                ids_shape.len() == r
+                    && (0..r).all(|k| k == i || ids_shape[k] == s.shape[k])
+                    && int_ids
+                    && all_in_range(&cycled(&vals, n), ids_dtype, s.shape[i])
+            });
+            expect("gather", x.gather(&g, d), fits.map(|_| ids_shape.clone()));
+            let src_spec =
+                Spec { device, shape: ids_shape.clone(), dtype: src_dtype.unwrap_or(s.dtype), view: s.view, seed: 3 };
+            let src = build(&src_spec);
+            let ok = fits.is_some() && src_spec.dtype == s.dtype;
+            let y = expect("scatter_add", x.scatter_add(&g, &src, d), ok.then(|| s.shape.clone()));
+            if let Some(y) = y.filter(|_| s.dtype == DType::F64) {
+                // Everything in src lands somewhere: the total grows by src's total.
+                assert_eq!(sum_f64(&y), sum_f64(&x) + sum_f64(&src));
             }
-        }
-    }
+
+            // one_hot: x's shape filled with vals as class ids.
+            let (classes, to) = classes_to;
+            let c = ids_tensor(&vals, &s.shape, ids_dtype, device);
+            let ok = int_ids && all_in_range(&cycled(&vals, c.elem_count()), ids_dtype, classes);
+            let mut hot_shape = s.shape.clone();
+            hot_shape.push(classes);
+            if let Some(h) = expect("one_hot", c.one_hot(classes, to), ok.then_some(hot_shape)) {
+                assert_eq!(h.dtype(), to);
+                if classes > 0 {
+                    let rows = check(&h.sum(-1).unwrap());
+                    assert!(rows.iter().all(|&v| v == 1.0), "one_hot rows must each hold one 1: {rows:?}");
+                }
+            }
+        },
+    )
 }
+test_device!(index_ops_test, index_ops);
 
-proptest! {
-    #![proptest_config(config(64))]
-
-    /// Tensors above the parallel threshold (2^15 elements): the chunked, parallel and
-    /// strided-from-an-offset paths of the kernels, which small shapes never reach.
-    #[test]
-    fn large_tensors(which in 0usize..5, dt in dtype(), view in 0u8..4, d in dim(), keepdim in any::<bool>()) {
+/// Tensors above the parallel threshold (2^15 elements): the chunked, parallel and
+/// strided-from-an-offset paths of the kernels, which small shapes never reach.
+fn large_tensors(device: Device) -> Result<()> {
+    run(device, 64, (0usize..5, dtype(device), 0u8..4, dim(), any::<bool>()), |(which, dt, view, d, keepdim)| {
         let shape = [vec![70_000], vec![2, 40_000], vec![40_000, 3], vec![300, 200], vec![3, 2, 12_000]][which].clone();
-        let s = Spec { shape: shape.clone(), dtype: dt, view, seed: 5 };
+        let s = Spec { device, shape: shape.clone(), dtype: dt, view, seed: 5 };
         let x = build(&s);
         let r = shape.len();
         let i = resolve(d, r);
@@ -652,7 +762,7 @@ proptest! {
         expect("max", reduce_by(&x, 1, d, keepdim), reduced(keepdim));
         expect("argmin", reduce_by(&x, 4, d, keepdim), reduced(keepdim));
         if dt == DType::F64 || dt == DType::I64 {
-            let total = x.sum_all().unwrap().to_dtype(DType::F64).unwrap().to_scalar::<f64>().unwrap();
+            let total = check(&x.sum_all().unwrap())[0];
             assert_eq!(total, sum_f64(&x));
         }
         expect("softmax", x.softmax(d), i.filter(|_| float).map(|_| shape.clone()));
@@ -664,10 +774,11 @@ proptest! {
         expect("cat", Tensor::cat(&[x.clone(), x.clone()], d), edited(&shape, i, |t, i| t[i] *= 2));
         let picked = edited(&shape, i, |t, i| t[i] = 2);
         let last = i.map_or(0, |i| shape[i] as i64 - 1);
-        expect("index_select", x.index_select(&Tensor::from_slice(&[last, 0], 2, CPU).unwrap(), d), picked);
+        expect("index_select", x.index_select(&Tensor::from_slice(&[last, 0], 2, device).unwrap(), d), picked);
         expect("to_dtype", x.to_dtype(DType::F32), Some(shape.clone()));
-    }
+    })
 }
+test_device!(large_tensors_test, large_tensors);
 
 // ---- sliding windows ----
 
@@ -682,40 +793,52 @@ fn unfold_shape(shape: &[usize], (k, s, p, d): ([usize; 2], [usize; 2], [usize; 
     Some(vec![n, c, k[0] * k[1], along(0, h)? * along(1, w)?])
 }
 
-proptest! {
-    #![proptest_config(config(1024))]
-
-    /// unfold2d on any tensor and window; fold2d of its result, and of a random tensor.
-    #[test]
-    fn window_ops(s in spec(), k in [0usize..4, 0usize..4], st in [0usize..4, 0usize..4], p in [0usize..3, 0usize..3],
-                  d in [0usize..3, 0usize..3], hw in (0usize..5, 0usize..5), pad in -2.0f64..2.0) {
-        let x = build(&s);
-        let args = (k, st, p, d);
-        let (kt, stt, pt, dt) = ((k[0], k[1]), (st[0], st[1]), (p[0], p[1]), (d[0], d[1]));
-        let expected = unfold_shape(&s.shape, args);
-        if let Some(cols) = expect("unfold2d", x.unfold2d(kt, stt, pt, dt, pad), expected) {
-            let hw_in = (s.shape[2], s.shape[3]);
-            let folded = expect("fold2d", cols.fold2d(hw_in, kt, stt, pt, dt), Some(s.shape.clone()));
-            if let (Some(y), DType::F64) = (folded, s.dtype) {
-                // Summed back with a zero pad, each input element counts once per window holding it.
-                let ones = Tensor::ones(s.shape.clone(), DType::F64, CPU).unwrap();
-                let per_element = ones.unfold2d(kt, stt, pt, dt, 0.0).unwrap().fold2d(hw_in, kt, stt, pt, dt).unwrap();
-                assert_eq!(check(&y), check(&x.mul(&per_element).unwrap()));
+/// unfold2d on any tensor and window; fold2d of its result, and of a random tensor.
+fn window_ops(device: Device) -> Result<()> {
+    run(
+        device,
+        1024,
+        (
+            spec(device),
+            [0usize..4, 0usize..4],
+            [0usize..4, 0usize..4],
+            [0usize..3, 0usize..3],
+            [0usize..3, 0usize..3],
+            (0usize..5, 0usize..5),
+            -2.0f64..2.0,
+        ),
+        |(s, k, st, p, d, hw, pad)| {
+            let x = build(&s);
+            let args = (k, st, p, d);
+            let (kt, stt, pt, dt) = ((k[0], k[1]), (st[0], st[1]), (p[0], p[1]), (d[0], d[1]));
+            let expected = unfold_shape(&s.shape, args);
+            if let Some(cols) = expect("unfold2d", x.unfold2d(kt, stt, pt, dt, pad), expected) {
+                let hw_in = (s.shape[2], s.shape[3]);
+                let folded = expect("fold2d", cols.fold2d(hw_in, kt, stt, pt, dt), Some(s.shape.clone()));
+                if let (Some(y), DType::F64) = (folded, s.dtype) {
+                    // Summed back with a zero pad, each input element counts once per window holding it.
+                    let ones = Tensor::ones(s.shape.clone(), DType::F64, device).unwrap();
+                    let per_element =
+                        ones.unfold2d(kt, stt, pt, dt, 0.0).unwrap().fold2d(hw_in, kt, stt, pt, dt).unwrap();
+                    assert_eq!(check(&y), check(&x.mul(&per_element).unwrap()));
+                }
             }
-        }
-        // fold2d succeeds when x has exactly the windows of an [N, C, hw] input.
-        let out = s.shape.get(..2).map(|nc| vec![nc[0], nc[1], hw.0, hw.1]);
-        let ok = out.clone().filter(|o| s.shape.len() == 4 && unfold_shape(o, args).as_deref() == Some(&s.shape[..]));
-        expect("fold2d of any tensor", x.fold2d(hw, kt, stt, pt, dt), ok);
-    }
+            // fold2d succeeds when x has exactly the windows of an [N, C, hw] input.
+            let out = s.shape.get(..2).map(|nc| vec![nc[0], nc[1], hw.0, hw.1]);
+            let ok =
+                out.clone().filter(|o| s.shape.len() == 4 && unfold_shape(o, args).as_deref() == Some(&s.shape[..]));
+            expect("fold2d of any tensor", x.fold2d(hw, kt, stt, pt, dt), ok);
+        },
+    )
 }
+test_device!(window_ops_test, window_ops);
 
 // ---- autograd ----
 
 /// One random step of a graph: applies op `op` to `cur` (and sometimes the other variable).
 fn graph_step(cur: &Tensor, other: &Tensor, op: usize, d: i64) -> Result<Tensor> {
     let k = d.unsigned_abs() as usize;
-    let zeros_ids = || Tensor::zeros(cur.shape(), DType::I64, CPU);
+    let zeros_ids = || Tensor::zeros(cur.shape(), DType::I64, cur.device());
     match op {
         0 => cur.unary(UnaryOp::ALL[k % UnaryOp::ALL.len()]),
         1 => cur.binary(other, BinaryOp::ALL[k % BinaryOp::ALL.len()]),
@@ -731,10 +854,16 @@ fn graph_step(cur: &Tensor, other: &Tensor, op: usize, d: i64) -> Result<Tensor>
         11 => cur.unsqueeze(d),
         12 => cur.flatten_all(),
         13 => Tensor::cat(&[cur.clone(), other.clone()], d),
-        14 => cur.index_select(&Tensor::from_slice(&[0u32, 0], 2, CPU)?, d),
+        14 => cur.index_select(&Tensor::from_slice(&[0u32, 0], 2, cur.device())?, d),
         15 => cur.gather(&zeros_ids()?, d),
         16 => cur.gt_scalar(0.0)?.where_cond(cur, other),
-        17 => cur.to_dtype(if cur.dtype() == DType::F64 { DType::F32 } else { DType::F64 })?.to_dtype(cur.dtype()),
+        17 => {
+            // A round trip through another float dtype of the device (f32 <-> f64 on the CPU).
+            let floats = floats(cur.device());
+            let other =
+                if cur.dtype() == DType::F32 { floats.get(1).copied().unwrap_or(DType::F32) } else { DType::F32 };
+            cur.to_dtype(other)?.to_dtype(cur.dtype())
+        }
         18 => cur.broadcast_as(other.shape()),
         19 => cur.zeros_like()?.scatter_add(&zeros_ids()?, cur, d),
         20 => cur.clamp(-1.0, 1.0),
@@ -749,90 +878,114 @@ fn graph_step(cur: &Tensor, other: &Tensor, op: usize, d: i64) -> Result<Tensor>
     }
 }
 
-proptest! {
-    #![proptest_config(config(1024))]
-
-    #[test]
-    fn backward_on_random_graphs(sa in spec_of(float_dtype()), sb in spec(), mode in 0u8..3, ops in prop::collection::vec((0usize..29, dim()), 1..7)) {
-        let mut sb = sb;
-        sb.shape = related(&sa.shape, &sb.shape, mode);
-        sb.dtype = sa.dtype;
-        let (a, b) = (build(&sa).requires_grad(), build(&sb).requires_grad());
-        let mut cur = a.clone();
-        for &(op, d) in &ops {
-            if let Some(next) = no_panic(graph_step(&cur, &b, op, d)) {
-                cur = next;
-            }
-        }
-        for root in [Some(cur.clone()), cur.sum_all().ok()].into_iter().flatten() {
-            let r = root.backward();
-            if root.tracks_grad() && root.dtype().is_float() {
-                let grads = r.unwrap_or_else(|e| panic!("backward of a float graph failed: {e}"));
-                for v in [&a, &b] {
-                    if let Some(g) = grads.get(v) {
-                        assert_eq!(g.dims(), v.dims(), "gradient shape");
-                        assert_eq!(g.dtype(), v.dtype(), "gradient dtype");
-                        check(g);
-                    }
+fn backward_on_random_graphs(device: Device) -> Result<()> {
+    run(
+        device,
+        1024,
+        (spec_of(device, float_dtype(device)), spec(device), 0u8..3, prop::collection::vec((0usize..29, dim()), 1..7)),
+        |(sa, sb, mode, ops)| {
+            let mut sb = sb;
+            sb.shape = related(&sa.shape, &sb.shape, mode);
+            sb.dtype = sa.dtype;
+            let (a, b) = (build(&sa).requires_grad(), build(&sb).requires_grad());
+            let mut cur = a.clone();
+            for &(op, d) in &ops {
+                if let Some(next) = no_panic(graph_step(&cur, &b, op, d)) {
+                    cur = next;
                 }
-            } else {
-                assert!(r.is_err(), "backward without variables or of an int tensor must fail");
             }
-        }
-    }
+            for root in [Some(cur.clone()), cur.sum_all().ok()].into_iter().flatten() {
+                let r = root.backward();
+                if root.tracks_grad() && root.dtype().is_float() {
+                    let grads = r.unwrap_or_else(|e| panic!("backward of a float graph failed: {e}"));
+                    for v in [&a, &b] {
+                        if let Some(g) = grads.get(v) {
+                            assert_eq!(g.dims(), v.dims(), "gradient shape");
+                            assert_eq!(g.dtype(), v.dtype(), "gradient dtype");
+                            check(g);
+                        }
+                    }
+                } else {
+                    assert!(r.is_err(), "backward without variables or of an int tensor must fail");
+                }
+            }
+        },
+    )
 }
+test_device!(backward_on_random_graphs_test, backward_on_random_graphs);
 
 // ---- creation and reading back ----
 
-proptest! {
-    #![proptest_config(config(2048))]
+fn creation(device: Device) -> Result<()> {
+    run(
+        device,
+        2048,
+        (
+            0usize..30,
+            shape(),
+            dtype(device),
+            (-5.0f64..5.0, -5.0f64..5.0, -3i64..4),
+            (-3.0f64..3.0, -3.0f64..3.0),
+            "\\PC{0,12}",
+            "(cpu|cuda|wgpu|gpu|tpu)(:[0-9a-z-]{0,22})?",
+        ),
+        |(len, shape, dt, range, rand_args, name, device_name)| {
+            let r = Tensor::from_vec(vec![1.5f32; len], shape.clone(), device);
+            expect("from_vec", r, (len == shape.iter().product::<usize>()).then(|| shape.clone()));
+            expect("full", Tensor::full(2.0, shape.clone(), dt, device), Some(shape.clone()));
+            let (start, end, step) = range;
+            if supports(device, DType::F64) {
+                let n = ((end - start) / step as f64).ceil().max(0.0) as usize;
+                expect(
+                    "arange f64",
+                    Tensor::arange_step(start, end, step as f64, device),
+                    (step != 0).then(|| vec![n]),
+                );
+            }
+            let (s, e, st) = (start as f32, end as f32, step as f32);
+            let n = ((e as f64 - s as f64) / st as f64).ceil().max(0.0) as usize;
+            expect("arange f32", Tensor::arange_step(s, e, st, device), (step != 0).then(|| vec![n]));
+            let (s, e) = (start as i64, end as i64);
+            let n = if step == 0 { 0 } else { ((e - s) as f64 / step as f64).ceil().max(0.0) as usize };
+            expect("arange i64", Tensor::arange_step(s, e, step, device), (step != 0).then(|| vec![n]));
+            let (lo, hi) = rand_args;
+            let ok = dt.is_float();
+            expect("rand", Tensor::rand(lo, hi, shape.clone(), dt, device), (ok && lo < hi).then(|| shape.clone()));
+            expect("randn", Tensor::randn(lo, hi, shape.clone(), dt, device), (ok && hi >= 0.0).then(|| shape.clone()));
+            let _ = Device::parse(&name);
+            let _ = Device::parse(&device_name);
+            let _ = name.parse::<DType>();
+        },
+    )
+}
+test_device!(creation_test, creation);
 
-    #[test]
-    fn creation(len in 0usize..30, shape in shape(), dt in dtype(), range in (-5.0f64..5.0, -5.0f64..5.0, -3i64..4),
-                rand_args in (-3.0f64..3.0, -3.0f64..3.0), name in "\\PC{0,12}", device in "(cpu|cuda|wgpu|gpu|tpu)(:[0-9a-z-]{0,22})?") {
-        let r = Tensor::from_vec(vec![1.5f32; len], shape.clone(), CPU);
-        expect("from_vec", r, (len == shape.iter().product::<usize>()).then(|| shape.clone()));
-        expect("full", Tensor::full(2.0, shape.clone(), dt, CPU), Some(shape.clone()));
-        let (start, end, step) = range;
-        let n = ((end - start) / step as f64).ceil().max(0.0) as usize;
-        expect("arange f64", Tensor::arange_step(start, end, step as f64, CPU), (step != 0).then(|| vec![n]));
-        let (s, e) = (start as i64, end as i64);
-        let n = if step == 0 { 0 } else { ((e - s) as f64 / step as f64).ceil().max(0.0) as usize };
-        expect("arange i64", Tensor::arange_step(s, e, step, CPU), (step != 0).then(|| vec![n]));
-        let (lo, hi) = rand_args;
-        let ok = dt.is_float();
-        expect("rand", Tensor::rand(lo, hi, shape.clone(), dt, CPU), (ok && lo < hi).then(|| shape.clone()));
-        expect("randn", Tensor::randn(lo, hi, shape.clone(), dt, CPU), (ok && hi >= 0.0).then(|| shape.clone()));
-        let _ = Device::parse(&name);
-        let _ = Device::parse(&device);
-        let _ = name.parse::<DType>();
-    }
-
-    #[test]
-    fn reading_back(s in spec()) {
-        let x = build(&s).to_dtype(DType::F64).unwrap();
+fn reading_back(device: Device) -> Result<()> {
+    run(device, 2048, spec(device), |s| {
+        let x = build(&s).to_dtype(DType::F32).unwrap();
         let d = &s.shape;
-        match x.to_vec1::<f64>() {
+        match x.to_vec1::<f32>() {
             Ok(v) => assert_eq!(v.len(), d[0]),
             Err(_) => assert_ne!(d.len(), 1),
         }
-        match x.to_vec2::<f64>() {
+        match x.to_vec2::<f32>() {
             Ok(v) => {
                 assert_eq!(v.len(), d[0]);
                 assert!(v.iter().all(|row| row.len() == d[1]));
             }
             Err(_) => assert_ne!(d.len(), 2),
         }
-        match x.to_vec3::<f64>() {
+        match x.to_vec3::<f32>() {
             Ok(v) => {
                 assert_eq!(v.len(), d[0]);
                 assert!(v.iter().all(|m| m.len() == d[1] && m.iter().all(|row| row.len() == d[2])));
             }
             Err(_) => assert_ne!(d.len(), 3),
         }
-        assert_eq!(x.to_scalar::<f64>().is_ok(), x.elem_count() == 1);
-        assert!(x.to_vec::<f32>().is_err());
-        let back = x.to_ndarray::<f64>().unwrap();
+        assert_eq!(x.to_scalar::<f32>().is_ok(), x.elem_count() == 1);
+        assert!(x.to_vec::<u8>().is_err());
+        let back = x.to_ndarray::<f32>().unwrap();
         assert_eq!(back.shape(), &d[..]);
-    }
+    })
 }
+test_device!(reading_back_test, reading_back);

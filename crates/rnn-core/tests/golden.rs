@@ -2,8 +2,9 @@
 //! `tests/golden/make_golden.py`, see its README) is rebuilt with our Tensor API, and the
 //! forward output and the gradients of `sum(out * w)` are compared with PyTorch's.
 //!
-//! Each case runs twice: in f64 (tolerance `F64_TOL`) and with its float inputs in f32
-//! (`F32_TOL`), both against the same f64 golden values. The inputs are multiples of 2^-10,
+//! Each case runs on every device, twice where the device has f64: in f64 (tolerance
+//! `F64_TOL`) and with its float inputs in f32 (`F32_TOL`, relaxed to the GPU's f32 math by
+//! `tol_on`), both against the same f64 golden values. The inputs are multiples of 2^-10,
 //! exact in f32, so the f32 run only sees its own rounding. Errors are
 //! `|ours - torch| / (1 + |torch|)` (`common::max_rel_err`).
 //!
@@ -16,7 +17,7 @@ mod common;
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use common::{max_rel_err, values};
+use common::{max_rel_err, supports, tol_on, values};
 use rnn_core::op::{BinaryOp, UnaryOp};
 use rnn_core::{AllDims, DType, Device, Result, Tensor};
 use serde_json::Value;
@@ -95,7 +96,7 @@ fn compare(what: &str, t: &Tensor, want: &Golden, exact: bool) -> CaseResult {
     let got = values(t);
     let err = max_rel_err(&got, &want.data);
     if exact && err != 0.0 {
-        return Err(format!("{what}: {got:?}, torch has {:?}", want.data));
+        return Err(format!("{what}: {}", common::diff_summary(&got, &want.data)));
     }
     Ok(err)
 }
@@ -110,8 +111,8 @@ struct Inputs {
     is_float: Vec<bool>,
 }
 
-/// Builds the case's inputs, the float ones in `dtype`.
-fn build_inputs(inputs: &[Value], dtype: DType) -> std::result::Result<Inputs, String> {
+/// Builds the case's inputs on `device`, the float ones in `dtype`.
+fn build_inputs(inputs: &[Value], dtype: DType, device: Device) -> std::result::Result<Inputs, String> {
     let (mut leaves, mut views, mut is_float) = (vec![], vec![], vec![]);
     let e = |e: rnn_core::Error| e.to_string();
     for inp in inputs {
@@ -119,9 +120,7 @@ fn build_inputs(inputs: &[Value], dtype: DType) -> std::result::Result<Inputs, S
         let data = field(inp, "data")?;
         let kind = as_str(field(inp, "dtype")?)?;
         let leaf = match kind {
-            "f" => {
-                Tensor::from_vec(f64s(data)?, shape, CPU).and_then(|t| t.to_dtype(dtype)).map_err(e)?.requires_grad()
-            }
+            "f" => Tensor::from_vec(f64s(data)?, shape, CPU).and_then(|t| t.to_dtype(dtype)).map_err(e)?,
             "i64" => Tensor::from_vec(i64s(data)?, shape, CPU).map_err(e)?,
             "u32" => {
                 let v = i64s(data)?.into_iter().map(u32::try_from).collect::<std::result::Result<Vec<_>, _>>();
@@ -133,6 +132,8 @@ fn build_inputs(inputs: &[Value], dtype: DType) -> std::result::Result<Inputs, S
             }
             other => return Err(format!("unknown input dtype '{other}'")),
         };
+        let leaf = leaf.to_device(device).map_err(e)?;
+        let leaf = if kind == "f" { leaf.requires_grad() } else { leaf };
         let view = match inp.get("transpose") {
             None => leaf.clone(),
             Some(t) => {
@@ -283,11 +284,11 @@ fn apply(op: &Value, xs: &[Tensor]) -> std::result::Result<Result<Tensor>, Strin
     })
 }
 
-/// Runs one case with float inputs in `dtype`; returns the max error over the output and
-/// the gradients, or why it failed.
-fn run_case(case: &Value, dtype: DType, tol: f64) -> CaseResult {
+/// Runs one case on `device` with float inputs in `dtype`; returns the max error over the
+/// output and the gradients, or why it failed.
+fn run_case(case: &Value, dtype: DType, tol: f64, device: Device) -> CaseResult {
     let e = |e: rnn_core::Error| e.to_string();
-    let Inputs { leaves, views, is_float } = build_inputs(as_array(field(case, "inputs")?)?, dtype)?;
+    let Inputs { leaves, views, is_float } = build_inputs(as_array(field(case, "inputs")?)?, dtype, device)?;
     let out = apply(field(case, "op")?, &views)?.map_err(e)?;
     let golden_out = field(case, "out")?;
     let int_out = as_str(field(golden_out, "dtype")?)? == "int";
@@ -312,7 +313,7 @@ fn run_case(case: &Value, dtype: DType, tol: f64) -> CaseResult {
         return Ok(worst);
     };
     let w = Golden::parse(w)?;
-    let w = Tensor::from_vec(w.data, w.shape, CPU).and_then(|t| t.to_dtype(dtype)).map_err(e)?;
+    let w = Tensor::from_vec(w.data, w.shape, CPU).and_then(|t| t.to_dtype(dtype)?.to_device(device)).map_err(e)?;
     let store = out.mul(&w).and_then(|l| l.sum_all()).and_then(|l| l.backward()).map_err(e)?;
     let grads = as_array(grads)?;
     if grads.len() != leaves.len() {
@@ -328,8 +329,8 @@ fn run_case(case: &Value, dtype: DType, tol: f64) -> CaseResult {
         let what = format!("grad of input {i}");
         let err = match store.get(leaf) {
             Some(g) => {
-                if g.dtype() != dtype {
-                    return Err(format!("{what}: dtype {}, expected {dtype}", g.dtype()));
+                if g.dtype() != dtype || g.device() != device {
+                    return Err(format!("{what}: {} on {}, expected {dtype} on {device}", g.dtype(), g.device()));
                 }
                 compare(&what, g, &want, false)?
             }
@@ -342,8 +343,8 @@ fn run_case(case: &Value, dtype: DType, tol: f64) -> CaseResult {
 }
 
 /// `run_case`, with a panic turned into a failure of this case only.
-fn run_guarded(case: &Value, dtype: DType, tol: f64) -> CaseResult {
-    match catch_unwind(AssertUnwindSafe(|| run_case(case, dtype, tol))) {
+fn run_guarded(case: &Value, dtype: DType, tol: f64, device: Device) -> CaseResult {
+    match catch_unwind(AssertUnwindSafe(|| run_case(case, dtype, tol, device))) {
         Ok(r) => r,
         Err(p) => {
             let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
@@ -354,8 +355,7 @@ fn run_guarded(case: &Value, dtype: DType, tol: f64) -> CaseResult {
 
 // ---------------------------------------------------------------- the test
 
-#[test]
-fn pytorch_golden_values() {
+fn pytorch_golden_values(device: Device) -> Result<()> {
     let doc: Value = serde_json::from_str(FIXTURE).expect("golden.json is not valid JSON");
     assert_eq!(doc["format"].as_u64(), Some(FORMAT), "golden.json has another format version: regenerate it");
     let torch = doc["torch_version"].as_str().unwrap_or("?");
@@ -377,7 +377,10 @@ fn pytorch_golden_values() {
             _ => {}
         }
         for (k, (dtype, tol)) in [(DType::F64, F64_TOL), (DType::F32, F32_TOL)].into_iter().enumerate() {
-            match run_guarded(case, dtype, tol) {
+            if !supports(device, dtype) {
+                continue;
+            }
+            match run_guarded(case, dtype, tol_on(device, tol), device) {
                 Ok(err) if err > worst[k].0 => worst[k] = (err, name.clone()),
                 Ok(_) => {}
                 Err(msg) => failures.push(format!("{name} [{dtype}]: {msg}")),
@@ -399,7 +402,7 @@ fn pytorch_golden_values() {
         }
     }
 
-    eprintln!("{} golden cases from torch {torch}", cases.len());
+    eprintln!("{} golden cases from torch {torch} on {device}", cases.len());
     eprintln!(
         "worst f64 error {:.3e} ({}), worst f32 error {:.3e} ({})",
         worst[0].0, worst[0].1, worst[1].0, worst[1].1
@@ -408,6 +411,8 @@ fn pytorch_golden_values() {
         for f in &failures {
             eprintln!("FAILED {f}");
         }
-        panic!("{} golden checks failed (of {} cases x 2 dtypes)", failures.len(), cases.len());
+        panic!("{} golden checks failed on {device} (of {} cases x 2 dtypes)", failures.len(), cases.len());
     }
+    Ok(())
 }
+test_device!(pytorch_golden_values_test, pytorch_golden_values);

@@ -4,9 +4,14 @@
 //! Each table entry is (name, inputs, closure). The check compares the gradients of
 //! `loss = sum(f(inputs) * w)` (w fixed random weights, so gradients are not all ones)
 //! from `backward()` with central differences `(loss(x + h) - loss(x - h)) / 2h`.
+//!
+//! Finite differences need f64, which not every device has: on every device,
+//! `backward_matches_cpu` runs the same table forward and backward in f32 and compares the
+//! values and gradients with the f64 CPU computation (that the gradcheck has verified).
 
 mod common;
 
+use common::{floats, max_rel_err, tol_on, values, widest_float};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rnn_core::op::{BinaryOp, UnaryOp};
@@ -73,16 +78,17 @@ impl Input {
             .collect()
     }
 
-    /// A tensor whose logical (row-major) values are `data`, laid out as `self.view` says.
-    fn build(&self, data: &[f64]) -> Result<Tensor> {
-        let t = Tensor::from_vec(data.to_vec(), self.dims.clone(), CPU)?;
+    /// A tensor of `dtype` on `device` whose logical (row-major) values are `data` (rounded to
+    /// `dtype`), laid out as `self.view` says.
+    fn build(&self, data: &[f64], dtype: DType, device: Device) -> Result<Tensor> {
+        let t = Tensor::from_vec(data.to_vec(), self.dims.clone(), CPU)?.to_dtype(dtype)?.to_device(device)?;
         let t = match self.view {
             View::Plain => t,
             View::Transposed => t.t()?.contiguous()?.detach().t()?,
             View::Narrowed => {
                 let mut pad_dims = self.dims.clone();
                 *pad_dims.last_mut().expect("narrowed input needs rank >= 1") = 1;
-                let pad = Tensor::full(99.0, pad_dims, DType::F64, CPU)?;
+                let pad = Tensor::full(99.0, pad_dims, dtype, device)?;
                 let last = *self.dims.last().unwrap();
                 Tensor::cat(&[pad.clone(), t, pad], -1)?.narrow(-1, 1, last)?
             }
@@ -114,7 +120,7 @@ fn weighted_loss(case: &Case, xs: &[Tensor], w: &Tensor) -> Result<Tensor> {
 
 fn loss_value(case: &Case, data: &[Vec<f64>], w: &Tensor) -> Result<f64> {
     no_grad(|| {
-        let xs = case.inputs.iter().zip(data).map(|(i, d)| i.build(d)).collect::<Result<Vec<_>>>()?;
+        let xs = case.inputs.iter().zip(data).map(|(i, d)| i.build(d, DType::F64, CPU)).collect::<Result<Vec<_>>>()?;
         weighted_loss(case, &xs, w)?.to_scalar::<f64>()
     })
 }
@@ -136,7 +142,7 @@ fn numeric_grad(case: &Case, data: &mut [Vec<f64>], w: &Tensor, i: usize) -> Res
 fn run_check(case: &Case, rng: &mut StdRng) -> std::result::Result<(), String> {
     let mut data: Vec<Vec<f64>> = case.inputs.iter().map(|i| i.sample(rng)).collect();
     let err = |e: rnn_core::Error| e.to_string();
-    let leaves = case.inputs.iter().zip(&data).map(|(i, d)| i.build(d).map(|t| t.requires_grad()));
+    let leaves = case.inputs.iter().zip(&data).map(|(i, d)| i.build(d, DType::F64, CPU).map(|t| t.requires_grad()));
     let leaves = leaves.collect::<Result<Vec<_>>>().map_err(err)?;
     let out = (case.f)(&leaves).map_err(err)?;
     if out.dtype() != DType::F64 || !out.tracks_grad() {
@@ -154,9 +160,9 @@ fn run_check(case: &Case, rng: &mut StdRng) -> std::result::Result<(), String> {
         let analytic = g.to_vec::<f64>().map_err(err)?;
         let numeric = numeric_grad(case, &mut data, &w, i).map_err(err)?;
         all_zero &= numeric.iter().all(|v| v.abs() < 1e-9);
-        let e = common::max_rel_err(&analytic, &numeric);
+        let e = max_rel_err(&analytic, &numeric);
         if e > TOL || e.is_nan() {
-            return Err(format!("input {i}: max rel err {e:.3e}\n  analytic {analytic:?}\n  numeric  {numeric:?}"));
+            return Err(format!("input {i}: max rel err {e:.3e}: {}", common::diff_summary(&analytic, &numeric)));
         }
     }
     if all_zero != case.zero_grad {
@@ -165,14 +171,19 @@ fn run_check(case: &Case, rng: &mut StdRng) -> std::result::Result<(), String> {
     Ok(())
 }
 
-#[test]
-fn gradcheck_every_op() {
-    let mut rng = StdRng::seed_from_u64(0x5eed);
-    let cases: Vec<Case> = [unary_cases(), binary_cases(), select_cases(), reduce_cases(), movement_cases()]
+/// Every case of the table.
+fn all_cases() -> Vec<Case> {
+    [unary_cases(), binary_cases(), select_cases(), reduce_cases(), movement_cases()]
         .into_iter()
         .chain([matmul_cases(), index_cases(), window_cases()])
         .flatten()
-        .collect();
+        .collect()
+}
+
+#[test]
+fn gradcheck_every_op() {
+    let mut rng = StdRng::seed_from_u64(0x5eed);
+    let cases = all_cases();
     let mut failures = Vec::new();
     for case in &cases {
         if let Err(e) = run_check(case, &mut rng) {
@@ -188,6 +199,94 @@ fn gradcheck_every_op() {
         failures.join("\n")
     );
 }
+
+// ---------------------------------------------------------------- every device against the CPU
+
+/// Relative tolerance (`max_rel_err`) of f32 results and gradients against f64: the inputs
+/// stay away from kinks, so only rounding (and the device's f32 math) separates them.
+const F32_VS_F64_TOL: f64 = 1e-4;
+
+/// The output values and the gradient of `sum(f(inputs) * w)` for each input (`None` where
+/// backward recorded none), with the inputs in `dtype` on `device`.
+type Run = (Vec<usize>, Vec<f64>, Vec<Option<Vec<f64>>>);
+
+fn forward_backward(case: &Case, data: &[Vec<f64>], w: &[f64], dtype: DType, device: Device) -> Result<Run> {
+    let leaves = case.inputs.iter().zip(data).map(|(i, d)| i.build(d, dtype, device).map(|t| t.requires_grad()));
+    let leaves = leaves.collect::<Result<Vec<_>>>()?;
+    let out = (case.f)(&leaves)?;
+    assert_eq!((out.dtype(), out.device()), (dtype, device), "{}: output", case.name);
+    let w = Tensor::from_vec(w.to_vec(), out.dims().to_vec(), CPU)?.to_dtype(dtype)?.to_device(device)?;
+    let grads = weighted_loss(case, &leaves, &w)?.backward()?;
+    let grads = leaves
+        .iter()
+        .map(|leaf| {
+            grads.get(leaf).map(|g| {
+                assert_eq!((g.dims(), g.dtype(), g.device()), (leaf.dims(), dtype, device), "{}: gradient", case.name);
+                values(g)
+            })
+        })
+        .collect();
+    Ok((out.dims().to_vec(), values(&out), grads))
+}
+
+/// Runs `case` in f32 on `device` and in f64 on the CPU, on the same inputs and weights.
+fn compare_with_cpu(case: &Case, rng: &mut StdRng, device: Device) -> std::result::Result<(), String> {
+    let data: Vec<Vec<f64>> = case.inputs.iter().map(|i| i.sample(rng)).collect();
+    // The output size, for the weights, from a forward pass without gradients.
+    let err = |e: rnn_core::Error| e.to_string();
+    let n = no_grad(|| {
+        let xs = case.inputs.iter().zip(&data).map(|(i, d)| i.build(d, DType::F64, CPU)).collect::<Result<Vec<_>>>()?;
+        Ok((case.f)(&xs)?.elem_count())
+    })
+    .map_err(err)?;
+    let w: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let (want_dims, want, want_grads) = forward_backward(case, &data, &w, DType::F64, CPU).map_err(err)?;
+    let (dims, got, grads) = forward_backward(case, &data, &w, DType::F32, device).map_err(err)?;
+    if dims != want_dims {
+        return Err(format!("output shape {dims:?}, the CPU's is {want_dims:?}"));
+    }
+    let tol = tol_on(device, F32_VS_F64_TOL);
+    let e = max_rel_err(&got, &want);
+    if e > tol {
+        return Err(format!("output: max rel err {e:.3e}: {}", common::diff_summary(&got, &want)));
+    }
+    for (i, (g, w)) in grads.iter().zip(&want_grads).enumerate() {
+        match (g, w) {
+            (Some(g), Some(w)) => {
+                let e = max_rel_err(g, w);
+                if e > tol {
+                    return Err(format!("input {i}: gradient max rel err {e:.3e}: {}", common::diff_summary(g, w)));
+                }
+            }
+            (None, None) => {}
+            (g, _) => return Err(format!("input {i}: a gradient on {} only", if g.is_some() { device } else { CPU })),
+        }
+    }
+    Ok(())
+}
+
+/// Every case of the gradcheck table (unary and binary ops, where / clamp / masked_fill,
+/// reductions and softmax, movement and cat, matmul, index ops, unfold / fold), forward and
+/// backward in f32 on the device against f64 on the CPU.
+fn backward_matches_cpu(device: Device) -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(0xf32);
+    let cases = all_cases();
+    let mut failures = Vec::new();
+    for case in &cases {
+        if let Err(e) = compare_with_cpu(case, &mut rng, device) {
+            failures.push(format!("{}: {e}", case.name));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ on {device} from the CPU:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+    Ok(())
+}
+test_device!(backward_matches_cpu_test, backward_matches_cpu);
 
 // ---------------------------------------------------------------- the table
 
@@ -249,21 +348,22 @@ fn binary_cases() -> Vec<Case> {
 }
 
 fn select_cases() -> Vec<Case> {
-    let mask = || Tensor::from_vec(vec![1u8, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0], (3, 4), CPU);
-    let row_mask = || Tensor::from_vec(vec![0u8, 1, 1, 0], 4, CPU);
+    // Masks on the device of the inputs `x`.
+    let mask = |x: &[Tensor]| Tensor::from_vec(vec![1u8, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0], (3, 4), x[0].device());
+    let row_mask = |x: &[Tensor]| Tensor::from_vec(vec![0u8, 1, 1, 0], 4, x[0].device());
     vec![
-        case("where_cond", vec![inp(&[3, 4]), inp(&[3, 4])], move |x| mask()?.where_cond(&x[0], &x[1])),
+        case("where_cond", vec![inp(&[3, 4]), inp(&[3, 4])], move |x| mask(x)?.where_cond(&x[0], &x[1])),
         case("where_cond (broadcast [4], transposed)", vec![inp(&[4]), inp(&[3, 4]).t()], move |x| {
-            mask()?.where_cond(&x[0], &x[1])
+            mask(x)?.where_cond(&x[0], &x[1])
         }),
         case("where_cond (broadcast mask [4])", vec![inp(&[3, 4]), inp(&[3, 4]).narrowed()], move |x| {
-            row_mask()?.where_cond(&x[0], &x[1])
+            row_mask(x)?.where_cond(&x[0], &x[1])
         }),
         case("clamp", vec![inp(&[3, 4])], |x| x[0].clamp(-0.5, 0.6)),
         case("clamp (transposed)", vec![inp(&[4, 3]).t()], |x| x[0].clamp(-0.7, 0.2)),
-        case("masked_fill", vec![inp(&[3, 4])], move |x| x[0].masked_fill(&mask()?, -3.0)),
+        case("masked_fill", vec![inp(&[3, 4])], move |x| x[0].masked_fill(&mask(x)?, -3.0)),
         case("masked_fill (broadcast mask)", vec![inp(&[2, 3, 4]).narrowed()], move |x| {
-            x[0].masked_fill(&row_mask()?, 5.0)
+            x[0].masked_fill(&row_mask(x)?, 5.0)
         }),
     ]
 }
@@ -333,7 +433,7 @@ fn movement_cases() -> Vec<Case> {
         case("stack(0)", vec![inp(&[2, 3]), inp(&[2, 3]), inp(&[2, 3])], |x| Tensor::stack(x, 0)),
         case("stack(-1)", vec![inp(&[2, 3]).t(), inp(&[2, 3]).narrowed()], |x| Tensor::stack(x, -1)),
         // f64 -> f32 -> f64 loses the 1e-6 perturbation; see `to_dtype_gradient_round_trip`.
-        case("to_dtype (f64 -> f64)", vec![x()], |x| x[0].to_dtype(DType::F64)?.exp()),
+        case("to_dtype (to its own dtype)", vec![x()], |x| x[0].to_dtype(x[0].dtype())?.exp()),
     ]
 }
 
@@ -355,24 +455,27 @@ fn matmul_cases() -> Vec<Case> {
 }
 
 fn index_cases() -> Vec<Case> {
-    let ids = |v: &[u32]| Tensor::from_vec(v.to_vec(), v.len(), CPU);
-    let gather_ids = || Tensor::from_vec(vec![0i64, 3, 1, 1, 2, 0], (3, 2), CPU);
+    // Index tensors on the device of the inputs `x`.
+    let ids = |x: &[Tensor], v: &[u32]| Tensor::from_vec(v.to_vec(), v.len(), x[0].device());
+    let gather_ids = |x: &[Tensor]| Tensor::from_vec(vec![0i64, 3, 1, 1, 2, 0], (3, 2), x[0].device());
     vec![
-        case("index_select(0) with repeats", vec![inp(&[4, 3])], move |x| x[0].index_select(&ids(&[2, 0, 2])?, 0)),
-        case("index_select(1) transposed", vec![inp(&[4, 3]).t()], move |x| x[0].index_select(&ids(&[2, 0, 2, 1])?, 1)),
+        case("index_select(0) with repeats", vec![inp(&[4, 3])], move |x| x[0].index_select(&ids(x, &[2, 0, 2])?, 0)),
+        case("index_select(1) transposed", vec![inp(&[4, 3]).t()], move |x| {
+            x[0].index_select(&ids(x, &[2, 0, 2, 1])?, 1)
+        }),
         case("index_select(-1) 3-D", vec![inp(&[2, 3, 4]).narrowed()], move |x| {
-            x[0].index_select(&ids(&[1, 1, 0])?, -1)
+            x[0].index_select(&ids(x, &[1, 1, 0])?, -1)
         }),
-        case("gather(1)", vec![inp(&[3, 4])], move |x| x[0].gather(&gather_ids()?, 1)),
+        case("gather(1)", vec![inp(&[3, 4])], move |x| x[0].gather(&gather_ids(x)?, 1)),
         case("gather(0) transposed, strided ids", vec![inp(&[4, 2]).t()], move |x| {
-            x[0].gather(&Tensor::from_vec(vec![3u32, 0, 0, 1, 2, 3], (2, 3), CPU)?.t()?, 0)
+            x[0].gather(&Tensor::from_vec(vec![3u32, 0, 0, 1, 2, 3], (2, 3), x[0].device())?.t()?, 0)
         }),
-        case("gather(1) transposed", vec![inp(&[3, 5]).t()], move |x| x[0].gather(&gather_ids()?, 1)),
+        case("gather(1) transposed", vec![inp(&[3, 5]).t()], move |x| x[0].gather(&gather_ids(x)?, 1)),
         case("scatter_add(1) self and src", vec![inp(&[3, 4]), inp(&[3, 2])], move |x| {
-            x[0].scatter_add(&gather_ids()?, &x[1], 1)
+            x[0].scatter_add(&gather_ids(x)?, &x[1], 1)
         }),
         case("scatter_add(0) strided", vec![inp(&[3, 2]).t(), inp(&[3, 2]).narrowed()], move |x| {
-            let ids = Tensor::from_vec(vec![2u8, 0, 1, 2, 0, 0], (3, 2), CPU)?;
+            let ids = Tensor::from_vec(vec![2u8, 0, 1, 2, 0, 0], (3, 2), x[0].device())?;
             x[0].scatter_add(&ids, &x[1], 0)
         }),
     ]
@@ -396,18 +499,22 @@ fn window_cases() -> Vec<Case> {
 }
 
 // ---------------------------------------------------------------- autograd plumbing
+//
+// On every device, in its most precise float dtype (the values are exact in f32).
 
-fn leaf(values: &[f64], dims: &[usize]) -> Result<Tensor> {
-    Ok(Tensor::from_vec(values.to_vec(), dims.to_vec(), CPU)?.requires_grad())
+/// A variable of the most precise float dtype of `device`.
+fn leaf(values: &[f64], dims: &[usize], device: Device) -> Result<Tensor> {
+    Ok(common::tensor(values, dims, widest_float(device), device).requires_grad())
 }
 
 fn grad_of(grads: &GradStore, t: &Tensor) -> Vec<f64> {
-    grads.get(t).expect("a gradient for the variable").to_vec::<f64>().expect("f64 gradient")
+    let g = grads.get(t).expect("a gradient for the variable");
+    assert_eq!((g.dtype(), g.device()), (t.dtype(), t.device()), "gradient dtype and device");
+    values(g)
 }
 
-#[test]
-fn no_grad_records_nothing() -> Result<()> {
-    let x = leaf(&[1.0, -2.0, 3.0], &[3])?;
+fn no_grad_records_nothing(device: Device) -> Result<()> {
+    let x = leaf(&[1.0, -2.0, 3.0], &[3], device)?;
     let y = no_grad(|| x.exp()?.mul(&x)?.sum_all())?;
     assert!(!y.tracks_grad(), "an op under no_grad must not record its inputs");
     assert!(y.backward().is_err(), "backward through a no_grad result must fail");
@@ -421,10 +528,10 @@ fn no_grad_records_nothing() -> Result<()> {
     assert_eq!(grad_of(&z.backward()?, &x), vec![2.0, -4.0, 6.0]);
     Ok(())
 }
+test_device!(no_grad_records_nothing_test, no_grad_records_nothing);
 
-#[test]
-fn detach_stops_gradients() -> Result<()> {
-    let x = leaf(&[1.0, 2.0, -3.0], &[3])?;
+fn detach_stops_gradients(device: Device) -> Result<()> {
+    let x = leaf(&[1.0, 2.0, -3.0], &[3], device)?;
     let d = x.detach();
     assert!(!d.tracks_grad() && d.same_storage(&x));
     // d(x * detach(x)) / dx = detach(x), not 2x.
@@ -433,11 +540,11 @@ fn detach_stops_gradients() -> Result<()> {
     assert!(d.exp()?.sum_all()?.backward().is_err(), "nothing to differentiate after detach");
     Ok(())
 }
+test_device!(detach_stops_gradients_test, detach_stops_gradients);
 
-#[test]
-fn backward_into_accumulates() -> Result<()> {
-    let x = leaf(&[0.5, -1.0, 2.0, 0.25], &[2, 2])?;
-    let w = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], (2, 2), CPU)?;
+fn backward_into_accumulates(device: Device) -> Result<()> {
+    let x = leaf(&[0.5, -1.0, 2.0, 0.25], &[2, 2], device)?;
+    let w = common::tensor(&[1.0, 2.0, 3.0, 4.0], &[2, 2], x.dtype(), device);
     let loss = || x.sqr()?.mul(&w)?.sum_all();
     let once = grad_of(&loss()?.backward()?, &x);
     assert_eq!(once, vec![1.0, -4.0, 12.0, 2.0]);
@@ -448,10 +555,10 @@ fn backward_into_accumulates() -> Result<()> {
     assert_eq!(twice, once.iter().map(|g| 2.0 * g).collect::<Vec<_>>());
     Ok(())
 }
+test_device!(backward_into_accumulates_test, backward_into_accumulates);
 
-#[test]
-fn tensor_used_twice_adds_gradients() -> Result<()> {
-    let x = leaf(&[1.5, -0.5, 2.0], &[3])?;
+fn tensor_used_twice_adds_gradients(device: Device) -> Result<()> {
+    let x = leaf(&[1.5, -0.5, 2.0], &[3], device)?;
     // y = x * x + 3 x: dy/dx = 2x + 3, through three uses of x.
     let y = x.mul(&x)?.add(&x.mul_scalar(3.0)?)?.sum_all()?;
     assert_eq!(grad_of(&y.backward()?, &x), vec![6.0, 2.0, 7.0]);
@@ -459,20 +566,23 @@ fn tensor_used_twice_adds_gradients() -> Result<()> {
     let e = x.exp()?;
     let z = e.add(&e.mul(&x)?)?.sum_all()?;
     let expected: Vec<f64> = [1.5f64, -0.5, 2.0].iter().map(|v| v.exp() * (2.0 + v)).collect();
-    assert!(common::max_rel_err(&grad_of(&z.backward()?, &x), &expected) < 1e-12);
+    let tol = tol_on(device, if x.dtype() == DType::F64 { 1e-12 } else { 1e-6 });
+    let err = max_rel_err(&grad_of(&z.backward()?, &x), &expected);
+    assert!(err < tol, "{err:.3e}");
     Ok(())
 }
+test_device!(tensor_used_twice_adds_gradients_test, tensor_used_twice_adds_gradients);
 
-/// f64 -> f32 -> f64 cannot be checked by finite differences (the cast rounds the 1e-6
-/// step away); its gradient is the identity, cast back to the input's dtype.
-#[test]
-fn to_dtype_gradient_round_trip() -> Result<()> {
-    let x = leaf(&[0.1, -0.2, 0.3], &[3])?;
-    let w = Tensor::from_vec(vec![1.25, -2.5, 0.75], 3, CPU)?;
-    let y = x.to_dtype(DType::F32)?.to_dtype(DType::F64)?.mul(&w)?.sum_all()?;
+/// A cast to a narrower float and back (f64 -> f32 -> f64 on the CPU) cannot be checked by
+/// finite differences (the cast rounds the 1e-6 step away); its gradient is the identity,
+/// cast back to the input's dtype.
+fn to_dtype_gradient_round_trip(device: Device) -> Result<()> {
+    let x = leaf(&[0.1, -0.2, 0.3], &[3], device)?;
+    let narrow = floats(device).into_iter().find(|&d| d != x.dtype()).unwrap_or(x.dtype());
+    let w = common::tensor(&[1.25, -2.5, 0.75], &[3], x.dtype(), device);
+    let y = x.to_dtype(narrow)?.to_dtype(x.dtype())?.mul(&w)?.sum_all()?;
     let g = y.backward()?;
-    let gx = g.get(&x).expect("gradient through the casts");
-    assert_eq!(gx.dtype(), DType::F64);
-    assert_eq!(gx.to_vec::<f64>()?, vec![1.25, -2.5, 0.75]);
+    assert_eq!(grad_of(&g, &x), vec![1.25, -2.5, 0.75], "through {narrow}");
     Ok(())
 }
+test_device!(to_dtype_gradient_round_trip_test, to_dtype_gradient_round_trip);

@@ -35,14 +35,15 @@ fn every_entry_is_complete_and_named_once() {
 fn every_op_runs(device: Device) -> Result<()> {
     let x = Tensor::rand(0.1, 2.0, (3, 5), DType::F64, Device::Cpu)?;
     let y = Tensor::rand(0.1, 2.0, (3, 5), DType::F64, Device::Cpu)?;
-    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
-        let tol = if dtype == DType::F64 {
-            1e-12
-        } else if dtype == DType::F32 {
-            1e-5
-        } else {
-            2e-2
-        };
+    for dtype in floats(device) {
+        let tol = tol_on(
+            device,
+            match dtype {
+                DType::F64 => 1e-12,
+                DType::F32 => 1e-5,
+                _ => 2e-2,
+            },
+        );
         let (xd, yd) = (x.to_dtype(dtype)?.to_device(device)?, y.to_dtype(dtype)?.to_device(device)?);
         for &op in UnaryOp::ALL {
             let want = x.unary(op)?;

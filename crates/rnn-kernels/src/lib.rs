@@ -1,4 +1,40 @@
 //! Kernel sources only: CUDA C under `cuda/` and WGSL under `wgsl/`, exposed as string
 //! constants and compiled at run time by the backends (NVRTC, wgpu). No build script.
 //!
-//! The GPU backends are not implemented yet, so there are no kernels here yet.
+//! WGSL sources are templates: `{{name}}` placeholders (element types, op expressions) are
+//! filled by the wgpu backend from the op table before compiling. Every kernel reads its
+//! sizes and layouts from binding 0 (`info`, an array of u32) through the helpers in
+//! `common.wgsl`, which is prepended to each kernel.
+
+/// WGSL kernel templates for the wgpu backend.
+pub mod wgsl {
+    /// Shared helpers: the `info` binding, strided indexing, thread ids, erf, casts.
+    pub const COMMON: &str = include_str!("../wgsl/common.wgsl");
+    /// Fill a buffer with one value.
+    pub const FILL: &str = include_str!("../wgsl/fill.wgsl");
+    /// Strided read, convert, strided write: copies, casts and `cat`.
+    pub const COPY: &str = include_str!("../wgsl/copy.wgsl");
+    /// Elementwise op of one input (`{{expr}}` from the op table).
+    pub const UNARY: &str = include_str!("../wgsl/unary.wgsl");
+    /// Elementwise op of two broadcast inputs (`{{expr}}` from the op table).
+    pub const BINARY: &str = include_str!("../wgsl/binary.wgsl");
+    /// Comparison of two inputs to a u8 (stored as u32) mask.
+    pub const CMP: &str = include_str!("../wgsl/cmp.wgsl");
+    /// `cond ? t : f` elementwise.
+    pub const WHERE: &str = include_str!("../wgsl/where.wgsl");
+    /// Sum / max / min / argmax / argmin of each output over its reduced elements.
+    pub const REDUCE: &str = include_str!("../wgsl/reduce.wgsl");
+    /// Softmax or log-softmax along the last dim, one workgroup per row.
+    pub const SOFTMAX: &str = include_str!("../wgsl/softmax.wgsl");
+    /// `gather` along one dim, with its ids range-checked (`index_select` runs it too, with
+    /// the ids broadcast).
+    pub const GATHER: &str = include_str!("../wgsl/gather.wgsl");
+    /// `scatter_add` along one dim (atomic adds).
+    pub const SCATTER_ADD: &str = include_str!("../wgsl/scatter_add.wgsl");
+    /// Register-blocked tiled batched matmul.
+    pub const MATMUL: &str = include_str!("../wgsl/matmul.wgsl");
+    /// Sliding windows (im2col) of `[N, C, H, W]`.
+    pub const UNFOLD2D: &str = include_str!("../wgsl/unfold2d.wgsl");
+    /// The adjoint of `UNFOLD2D`: window elements summed back into place.
+    pub const FOLD2D: &str = include_str!("../wgsl/fold2d.wgsl");
+}

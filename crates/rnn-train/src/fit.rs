@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use rnn_core::{no_grad, DType, Result, Tensor};
+use rnn_core::{no_grad, Result, Tensor};
 use rnn_nn::optim::{clip_grad_norm, LrScheduler, Optimizer};
 
 use crate::config::{Monitor, TrainingConfig};
@@ -52,7 +52,7 @@ impl Totals {
     }
 
     fn read(&self) -> Result<Evaluation> {
-        let scalar = |t: &Tensor| -> Result<f64> { t.to_dtype(DType::F64)?.to_scalar::<f64>() };
+        let scalar = |t: &Tensor| -> Result<f64> { t.to_f64_scalar() };
         let loss = match &self.loss {
             Some(t) => scalar(t)? / self.samples.max(1) as f64,
             None => f64::NAN,

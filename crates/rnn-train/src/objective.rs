@@ -62,7 +62,7 @@ impl Targets {
 
 /// Integer (or integral float) labels in `0..classes`, as u32.
 fn class_ids(y: &Tensor, classes: usize) -> Result<Tensor> {
-    let values = y.to_dtype(DType::F64)?.to_vec::<f64>()?;
+    let values = y.to_f64_vec()?;
     if let Some((i, v)) =
         values.iter().enumerate().find(|(_, v)| !(v.fract() == 0.0 && **v >= 0.0 && **v < classes as f64))
     {

@@ -1,8 +1,11 @@
-//! The seed GPU API, first part: discovering the GPUs this build can use. A build without
-//! the `cuda` / `wgpu` features, or a machine without a GPU, lists none and everything runs
-//! on the CPU.
+//! The seed GPU API: discovering the GPUs this build can use and opening a context on one.
+//! A machine without a GPU (or a build without the `cuda` / `wgpu` features) lists none and
+//! everything runs on the CPU.
+//!
+//! Software wgpu adapters (llvmpipe / lavapipe, WARP) are not GPUs: they are listed only
+//! when `RNN_GPU_DEVICE` names one (e.g. `RNN_GPU_DEVICE=wgpu:0` or `wgpu:llvmpipe`).
 
-use rnn_core::Device;
+use rnn_core::{Device, Error, Result};
 
 /// The kind of GPU backend behind a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,7 +24,10 @@ pub struct GpuDevice {
     pub id: usize,
     pub name: String,
     pub device_type: GpuDeviceType,
-    /// Bytes of device memory, when the backend reports it (0 when unknown).
+    /// The graphics API under a wgpu device ("Vulkan", "Metal", "Dx12", "Gl",
+    /// "BrowserWebGpu"), or "CUDA".
+    pub backend: String,
+    /// Bytes of device memory, when the backend reports it (0 when unknown: wgpu does not).
     pub total_memory: u64,
     /// CUDA compute capability (major, minor), for CUDA devices.
     pub compute_capability: Option<(u32, u32)>,
@@ -34,20 +40,39 @@ pub struct GpuManager {
     devices: Vec<GpuDevice>,
 }
 
-/// The most devices of one backend probed.
-const MAX_PER_BACKEND: usize = 16;
+/// The most CUDA devices probed.
+const MAX_CUDA: usize = 16;
 
 impl GpuManager {
     pub fn new() -> Self {
-        let mut devices = Vec::new();
-        let kinds = [(GpuDeviceType::Cuda, Device::Cuda as fn(usize) -> Device), (GpuDeviceType::Wgpu, Device::Wgpu)];
-        for (device_type, make) in kinds {
-            let available = (0..MAX_PER_BACKEND).map(make).take_while(|d| d.is_available());
-            for device in available {
-                let id = devices.len();
-                let name = device.to_string();
-                devices.push(GpuDevice { id, name, device_type, total_memory: 0, compute_capability: None, device });
-            }
+        let mut devices: Vec<GpuDevice> = Vec::new();
+        for device in (0..MAX_CUDA).map(Device::Cuda).take_while(|d| d.is_available()) {
+            let name = device.to_string();
+            devices.push(GpuDevice {
+                id: devices.len(),
+                name,
+                device_type: GpuDeviceType::Cuda,
+                backend: "CUDA".into(),
+                total_memory: 0,
+                compute_capability: None,
+                device,
+            });
+        }
+        let requested = requested_wgpu_ordinal();
+        let mut adapters: Vec<_> =
+            rnn_core::wgpu_adapters().into_iter().filter(|a| !a.is_software || Some(a.ordinal) == requested).collect();
+        // Discrete GPUs first, as `Device::best()` prefers them.
+        adapters.sort_by_key(|a| (a.device_type != "DiscreteGpu", a.ordinal));
+        for a in adapters {
+            devices.push(GpuDevice {
+                id: devices.len(),
+                name: a.name,
+                device_type: GpuDeviceType::Wgpu,
+                backend: a.backend,
+                total_memory: 0,
+                compute_capability: None,
+                device: Device::Wgpu(a.ordinal),
+            });
         }
         GpuManager { devices }
     }
@@ -65,10 +90,72 @@ impl GpuManager {
     pub fn is_gpu_available() -> bool {
         !GpuManager::new().devices.is_empty()
     }
+
+    /// Opens device `id` of `devices()` (an error naming the valid ids when there is none).
+    pub fn create_context(&self, id: usize) -> Result<GpuContext> {
+        let gpu = self.devices.get(id).ok_or_else(|| {
+            let msg = format!("no GPU with id {id}: {} GPU(s) found (see `rnn devices`)", self.devices.len());
+            Error::DeviceNotAvailable(msg)
+        })?;
+        gpu.device.check_available()?;
+        Ok(GpuContext { gpu: gpu.clone() })
+    }
+}
+
+/// The wgpu adapter `RNN_GPU_DEVICE` names, if it names one.
+fn requested_wgpu_ordinal() -> Option<usize> {
+    match Device::parse(&std::env::var("RNN_GPU_DEVICE").ok()?).ok()? {
+        Device::Wgpu(i) => Some(i),
+        _ => None,
+    }
 }
 
 impl Default for GpuManager {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Byte counts of a device's caching allocator.
+pub use rnn_core::wgpu_memory::MemoryStats;
+
+/// An opened GPU: the device tensors go to, and its allocator.
+#[derive(Clone, Debug)]
+pub struct GpuContext {
+    gpu: GpuDevice,
+}
+
+impl GpuContext {
+    pub fn gpu(&self) -> &GpuDevice {
+        &self.gpu
+    }
+
+    /// The device to create tensors on (`Tensor::zeros(.., ctx.device())`).
+    pub fn device(&self) -> Device {
+        self.gpu.device
+    }
+
+    /// What the device's caching allocator holds now.
+    pub fn memory_stats(&self) -> Result<MemoryStats> {
+        match self.gpu.device {
+            Device::Wgpu(i) => rnn_core::wgpu_memory::memory_stats(i),
+            d => Err(Error::NotCompiledWith(if d.is_cpu() { "a GPU backend" } else { "cuda" })),
+        }
+    }
+
+    /// Frees the buffers the allocator keeps for reuse.
+    pub fn empty_cache(&self) -> Result<()> {
+        match self.gpu.device {
+            Device::Wgpu(i) => rnn_core::wgpu_memory::empty_cache(i),
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits until every queued kernel has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        match self.gpu.device {
+            Device::Wgpu(i) => rnn_core::wgpu_memory::synchronize(i),
+            _ => Ok(()),
+        }
     }
 }

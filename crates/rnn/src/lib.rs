@@ -27,4 +27,4 @@ pub use rnn_train::{
     NetworkBuilder, TrainingConfig,
 };
 
-pub use gpu::{GpuDevice, GpuDeviceType, GpuManager};
+pub use gpu::{GpuContext, GpuDevice, GpuDeviceType, GpuManager, MemoryStats};

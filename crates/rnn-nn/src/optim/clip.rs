@@ -33,19 +33,20 @@ pub fn clip_grad_norm(grads: &mut GradStore, params: &[Tensor], max_norm: f64) -
     Ok(norm)
 }
 
-/// The L2 norm of all the gradients of `params` together, accumulated in f64 on their
-/// device and read back once.
+/// The L2 norm of all the gradients of `params` together, accumulated on their device in f64
+/// (f32 on GPUs, whose backends need not have f64) and read back once.
 fn total_norm(grads: &GradStore, params: &[&Tensor]) -> Result<f64> {
     let mut sum: Option<Tensor> = None;
     for g in params.iter().filter_map(|p| grads.get(p)) {
-        let squares = g.to_dtype(DType::F64)?.sqr()?.sum_all()?;
+        let wide = if g.device().is_cpu() { DType::F64 } else { DType::F32 };
+        let squares = g.to_dtype(wide)?.sqr()?.sum_all()?;
         sum = Some(match sum {
             Some(s) => s.add(&squares)?,
             None => squares,
         });
     }
     match sum {
-        Some(s) => Ok(s.to_scalar::<f64>()?.sqrt()),
+        Some(s) => Ok(s.to_f64_scalar()?.sqrt()),
         None => Ok(0.0),
     }
 }

@@ -7,7 +7,7 @@ pub mod digits;
 pub mod mnist;
 
 pub use batches::Batches;
-pub use digits::{render_ascii, synthetic_digits};
+pub use digits::{render_ascii, synthetic_digits, synthetic_digits_with_shape};
 pub use mnist::{load_mnist, load_mnist_with_shape, read_idx_images, read_idx_images_with_shape, read_idx_labels};
 pub use mnist::{ImageShape, MnistSplit};
 

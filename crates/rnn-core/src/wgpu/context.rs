@@ -1,0 +1,145 @@
+//! One opened wgpu device: its queue, limits, pipeline cache, buffer pool and the errors the
+//! device reported. Devices are opened on first use and live for the rest of the process.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::adapters::registry;
+use super::pool::BufferPool;
+use crate::{Error, Result};
+
+pub(crate) struct WgpuContext {
+    pub ordinal: usize,
+    pub name: String,
+    pub device: ::wgpu::Device,
+    pub queue: ::wgpu::Queue,
+    pub limits: ::wgpu::Limits,
+    pub shader_f16: bool,
+    pub pool: BufferPool,
+    pipelines: Mutex<HashMap<String, Arc<::wgpu::ComputePipeline>>>,
+    /// The first error the device reported outside an error scope, not yet returned.
+    error: Arc<Mutex<Option<String>>>,
+    /// Why the device was lost, once it has been.
+    lost: Arc<Mutex<Option<String>>>,
+    debug: bool,
+}
+
+impl std::fmt::Debug for WgpuContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "wgpu:{} ({})", self.ordinal, self.name)
+    }
+}
+
+/// The context of `Device::Wgpu(ordinal)`, opened on first use.
+pub(crate) fn context(ordinal: usize) -> Result<Arc<WgpuContext>> {
+    static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<WgpuContext>>>> = OnceLock::new();
+    let contexts = CONTEXTS.get_or_init(Default::default);
+    let mut open = contexts.lock().map_err(|_| Error::Msg("wgpu: device registry poisoned".into()))?;
+    if let Some(ctx) = open.get(&ordinal) {
+        return Ok(ctx.clone());
+    }
+    let ctx = Arc::new(WgpuContext::open(ordinal)?);
+    open.insert(ordinal, ctx.clone());
+    Ok(ctx)
+}
+
+impl WgpuContext {
+    fn open(ordinal: usize) -> Result<WgpuContext> {
+        let adapters = &registry().adapters;
+        let adapter = adapters.get(ordinal).ok_or_else(|| {
+            let hint = "install a Vulkan / Metal / DX12 driver, or set WGPU_BACKEND";
+            Error::DeviceNotAvailable(format!("wgpu:{ordinal}: {} wgpu adapter(s) found ({hint})", adapters.len()))
+        })?;
+        let info = adapter.get_info();
+        let shader_f16 = adapter.features().contains(::wgpu::Features::SHADER_F16);
+        let desc = ::wgpu::DeviceDescriptor {
+            label: Some("rnn"),
+            required_features: if shader_f16 { ::wgpu::Features::SHADER_F16 } else { ::wgpu::Features::empty() },
+            // Everything the adapter offers, so that tensors may be as large as it allows.
+            required_limits: adapter.limits(),
+            ..Default::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+            .map_err(|e| Error::DeviceNotAvailable(format!("wgpu:{ordinal} ({}): {e}", info.name)))?;
+        let error = Arc::new(Mutex::new(None));
+        let sink = error.clone();
+        device.on_uncaptured_error(Arc::new(move |e: ::wgpu::Error| {
+            let mut slot = sink.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert_with(|| e.to_string());
+        }));
+        let lost = Arc::new(Mutex::new(None));
+        let lost_sink = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            *lost_sink.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {msg}"));
+        });
+        let debug = std::env::var("RNN_GPU_DEBUG").is_ok_and(|v| v != "0");
+        let pool_enabled = std::env::var("RNN_GPU_MEMORY_POOL").map_or(true, |v| v != "0");
+        tracing::debug!(ordinal, name = %info.name, backend = ?info.backend, "wgpu device opened");
+        Ok(WgpuContext {
+            ordinal,
+            name: info.name,
+            limits: device.limits(),
+            device,
+            queue,
+            shader_f16,
+            pool: BufferPool::new(pool_enabled),
+            pipelines: Mutex::new(HashMap::new()),
+            error,
+            lost,
+            debug,
+        })
+    }
+
+    /// `Err` when the device was lost or reported an error since the last check.
+    pub fn check(&self) -> Result<()> {
+        if let Some(why) = self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Err(Error::DeviceNotAvailable(format!("wgpu:{} ({}) was lost: {why}", self.ordinal, self.name)));
+        }
+        match self.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(Error::Msg(format!("wgpu:{} ({}): {e}", self.ordinal, self.name))),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocks until the queue is idle.
+    pub fn wait(&self) -> Result<()> {
+        self.device
+            .poll(::wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::DeviceNotAvailable(format!("wgpu:{} ({}): {e}", self.ordinal, self.name)))?;
+        self.check()
+    }
+
+    /// The compiled pipeline of a kernel source (entry point `main`), compiled on first use.
+    pub fn pipeline(&self, source: &str) -> Result<Arc<::wgpu::ComputePipeline>> {
+        let mut cache = self.pipelines.lock().map_err(|_| Error::Msg("wgpu: pipeline cache poisoned".into()))?;
+        if let Some(p) = cache.get(source) {
+            return Ok(p.clone());
+        }
+        if self.debug {
+            tracing::info!(ordinal = self.ordinal, "compiling WGSL kernel:\n{source}");
+        }
+        let scope = self.device.push_error_scope(::wgpu::ErrorFilter::Validation);
+        let module = self.device.create_shader_module(::wgpu::ShaderModuleDescriptor {
+            label: None,
+            source: ::wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let pipeline = self.device.create_compute_pipeline(&::wgpu::ComputePipelineDescriptor {
+            label: None,
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Msg(format!("wgpu: kernel failed to compile: {e}\n{source}")));
+        }
+        let pipeline = Arc::new(pipeline);
+        cache.insert(source.to_string(), pipeline.clone());
+        Ok(pipeline)
+    }
+
+    pub fn debug(&self) -> bool {
+        self.debug
+    }
+}

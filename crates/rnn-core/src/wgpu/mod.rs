@@ -1,0 +1,72 @@
+//! The wgpu backend: one portable GPU backend for Vulkan, Metal, DX12 and WebGPU adapters
+//! (AMD, Intel, Apple and NVIDIA GPUs). Kernels are WGSL templates from `rnn-kernels`,
+//! filled from the op table, compiled once per variant and cached (`context.rs`); buffers
+//! come from a per-device pool (`pool.rs`).
+//!
+//! Element types: f32 everywhere, f16 where the adapter offers `shader-f16`; integer
+//! tensors are stored as 32-bit words: u8 as one u32 per element, i64 as i32 (values must
+//! fit in i32; uploading a larger one is an error). f64 and bf16 are not supported.
+
+mod adapters;
+mod context;
+mod dtype;
+mod elementwise;
+mod index;
+mod launch;
+mod matmul;
+mod pool;
+mod reduce;
+mod storage;
+mod window;
+
+pub use adapters::{adapters, best_ordinal, find_adapter, WgpuAdapterInfo};
+pub use pool::MemoryStats;
+pub use storage::WgpuStorage;
+
+/// Memory statistics of the pool of wgpu device `ordinal` (an error if it cannot be opened).
+pub fn memory_stats(ordinal: usize) -> crate::Result<MemoryStats> {
+    Ok(context::context(ordinal)?.pool.stats())
+}
+
+/// Frees the buffers the pool of wgpu device `ordinal` keeps for reuse.
+pub fn empty_cache(ordinal: usize) -> crate::Result<()> {
+    context::context(ordinal)?.pool.empty_cache();
+    Ok(())
+}
+
+/// Blocks until all work submitted to wgpu device `ordinal` has finished.
+pub fn synchronize(ordinal: usize) -> crate::Result<()> {
+    context::context(ordinal)?.wait()
+}
+
+/// Destroys wgpu device `ordinal` now, as a driver reset would: its buffers are freed and
+/// every later op on its tensors returns `Error::DeviceNotAvailable` (the device counts as
+/// lost for the rest of the process).
+pub fn destroy(ordinal: usize) -> crate::Result<()> {
+    let ctx = context::context(ordinal)?;
+    ctx.device.destroy();
+    // The loss is reported through a callback when the device is next polled.
+    let _ = ctx.device.poll(::wgpu::PollType::wait_indefinitely());
+    Ok(())
+}
+
+/// Median seconds of one device-to-device copy of `bytes` bytes on wgpu device `ordinal`
+/// (submitted and waited for, like an op): the bandwidth reference of `rnn bench gpu`.
+pub fn time_buffer_copy(ordinal: usize, bytes: u64, calls: usize) -> crate::Result<f64> {
+    let ctx = context::context(ordinal)?;
+    let bytes = bytes.next_multiple_of(4);
+    let (src, dst) = (pool::alloc(&ctx, bytes)?, pool::alloc(&ctx, bytes)?);
+    let mut times = Vec::with_capacity(calls);
+    for _ in 0..calls.max(1) + 2 {
+        let start = std::time::Instant::now();
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(src.buffer(), 0, dst.buffer(), 0, bytes);
+        ctx.queue.submit([encoder.finish()]);
+        ctx.wait()?;
+        times.push(start.elapsed().as_secs_f64());
+    }
+    // The first two calls are warm-up.
+    let mut timed = times.split_off(2);
+    timed.sort_by(f64::total_cmp);
+    Ok(timed[timed.len() / 2])
+}

@@ -35,13 +35,13 @@ mod std_ops;
 pub mod storage;
 mod tensor;
 mod view;
-mod window;
-pub mod wgpu_memory;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
+pub mod wgpu_memory;
+mod window;
 
-pub use backprop::{no_grad, GradStore, NoGradGuard};
 pub use adapter_info::{wgpu_adapters, WgpuAdapterInfo};
+pub use backprop::{no_grad, GradStore, NoGradGuard};
 pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};

@@ -91,7 +91,7 @@ impl Network {
         };
         if config.verbose {
             eprintln!(
-                "training on {device:?}: {n_train} samples, {n_val} for validation, {} parameters",
+                "training on {device}: {n_train} samples, {n_val} for validation, {} parameters",
                 self.num_parameters()
             );
         }

@@ -218,7 +218,7 @@ impl Network {
                 .sum();
             s += &format!("{i:>3} {:<28} -> {:<16} {params:>10} params\n", layer.describe(), format!("{shape:?}"));
         }
-        s + &format!("loss {:?}, {} parameters, on {:?}", self.spec.loss, self.num_parameters(), self.device)
+        s + &format!("loss {:?}, {} parameters, on {}", self.spec.loss, self.num_parameters(), self.device)
     }
 }
 

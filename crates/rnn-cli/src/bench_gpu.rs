@@ -163,10 +163,7 @@ impl Bench<'_> {
     /// GB/s of `f` moving `bytes`, against a device copy of the same bytes.
     fn bandwidth(&mut self, name: &str, bytes: usize, f: impl FnMut() -> rnn::Result<()>) -> CliResult<()> {
         let op = bytes as f64 / self.seconds(self.device, f)? / 1e9;
-        let copy = match self.device {
-            Device::Wgpu(i) => bytes as f64 / rnn::wgpu_memory::time_buffer_copy(i, (bytes / 2) as u64, 9)? / 1e9,
-            _ => f64::NAN,
-        };
+        let copy = bytes as f64 / rnn::gpu_memory::time_buffer_copy(self.device, (bytes / 2) as u64, 9)? / 1e9;
         self.report(name, "GB/s", op, ("device copy", copy))
     }
 }

@@ -77,8 +77,11 @@ impl Device {
     pub fn synchronize(&self) -> Result<()> {
         match self {
             Device::Cpu => Ok(()),
-            Device::Cuda(_) => self.check_available(),
-            Device::Wgpu(i) => crate::wgpu_memory::synchronize(*i),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(i) => crate::cuda::synchronize(*i),
+            #[cfg(feature = "wgpu")]
+            Device::Wgpu(i) => crate::wgpu::synchronize(*i),
+            d => d.check_available(),
         }
     }
 

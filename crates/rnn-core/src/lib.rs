@@ -22,6 +22,9 @@ mod display;
 mod dtype;
 mod error;
 pub mod fused_update;
+pub mod gpu_memory;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod gpu_pool;
 mod grad_fns;
 pub mod gradcheck;
 mod layout;
@@ -37,7 +40,6 @@ mod tensor;
 mod view;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
-pub mod wgpu_memory;
 mod window;
 
 pub use adapter_info::{wgpu_adapters, WgpuAdapterInfo};

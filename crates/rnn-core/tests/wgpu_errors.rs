@@ -57,16 +57,15 @@ fn unsupported_dtypes_are_errors() -> rnn_core::Result<()> {
 #[test]
 fn the_pool_reuses_buffers_and_empties() -> rnn_core::Result<()> {
     let Some((device, _)) = adapter() else { return Ok(()) };
-    let Device::Wgpu(i) = device else { unreachable!() };
     let x = Tensor::ones(1000, DType::F32, device)?;
     for _ in 0..5 {
         let _ = x.exp()?;
     }
-    let stats = rnn_core::wgpu_memory::memory_stats(i)?;
+    let stats = rnn_core::gpu_memory::memory_stats(device)?;
     assert!(stats.cache_hits >= 4, "{stats:?}");
     assert!(stats.reserved >= stats.allocated && stats.peak >= stats.allocated, "{stats:?}");
-    rnn_core::wgpu_memory::empty_cache(i)?;
-    let after = rnn_core::wgpu_memory::memory_stats(i)?;
+    rnn_core::gpu_memory::empty_cache(device)?;
+    let after = rnn_core::gpu_memory::memory_stats(device)?;
     assert_eq!(after.reserved, after.allocated, "{after:?}");
     Ok(())
 }

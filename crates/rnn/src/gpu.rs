@@ -117,7 +117,7 @@ impl Default for GpuManager {
 }
 
 /// Byte counts of a device's caching allocator.
-pub use rnn_core::wgpu_memory::MemoryStats;
+pub use rnn_core::gpu_memory::MemoryStats;
 
 /// An opened GPU: the device tensors go to, and its allocator.
 #[derive(Clone, Debug)]
@@ -137,25 +137,16 @@ impl GpuContext {
 
     /// What the device's caching allocator holds now.
     pub fn memory_stats(&self) -> Result<MemoryStats> {
-        match self.gpu.device {
-            Device::Wgpu(i) => rnn_core::wgpu_memory::memory_stats(i),
-            d => Err(Error::NotCompiledWith(if d.is_cpu() { "a GPU backend" } else { "cuda" })),
-        }
+        rnn_core::gpu_memory::memory_stats(self.gpu.device)
     }
 
     /// Frees the buffers the allocator keeps for reuse.
     pub fn empty_cache(&self) -> Result<()> {
-        match self.gpu.device {
-            Device::Wgpu(i) => rnn_core::wgpu_memory::empty_cache(i),
-            _ => Ok(()),
-        }
+        rnn_core::gpu_memory::empty_cache(self.gpu.device)
     }
 
     /// Waits until every queued kernel has finished.
     pub fn synchronize(&self) -> Result<()> {
-        match self.gpu.device {
-            Device::Wgpu(i) => rnn_core::wgpu_memory::synchronize(i),
-            _ => Ok(()),
-        }
+        self.gpu.device.synchronize()
     }
 }

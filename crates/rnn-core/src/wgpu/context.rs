@@ -73,7 +73,6 @@ impl WgpuContext {
             *lost_sink.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {msg}"));
         });
         let debug = std::env::var("RNN_GPU_DEBUG").is_ok_and(|v| v != "0");
-        let pool_enabled = std::env::var("RNN_GPU_MEMORY_POOL").map_or(true, |v| v != "0");
         tracing::debug!(ordinal, name = %info.name, backend = ?info.backend, "wgpu device opened");
         Ok(WgpuContext {
             ordinal,
@@ -82,7 +81,7 @@ impl WgpuContext {
             device,
             queue,
             shader_f16,
-            pool: BufferPool::new(pool_enabled),
+            pool: BufferPool::new(crate::gpu_pool::pool_enabled()),
             pipelines: Mutex::new(HashMap::new()),
             error,
             lost,

@@ -35,33 +35,15 @@ pub(crate) fn index_fn(l: &Layout) -> &'static str {
     }
 }
 
-fn word(op: &'static str, x: usize) -> Result<u32> {
-    u32::try_from(x).map_err(|_| Error::invalid(op, format!("size {x} exceeds the wgpu backend's 32-bit indexing")))
-}
-
-/// The `info` words of a kernel: `scalars`, then the base position of each layout, then the
-/// layouts themselves (rank, offset, dims, strides).
+/// The `info` words of a kernel (see `gpu_pool::info_words`) as WGSL's u32s.
 pub(crate) fn info(op: &'static str, scalars: &[usize], layouts: &[&Layout]) -> Result<Vec<u32>> {
-    let mut words = Vec::with_capacity(scalars.len() + layouts.len() * 8);
-    for &s in scalars {
-        words.push(word(op, s)?);
-    }
-    let mut base = scalars.len() + layouts.len();
-    for l in layouts {
-        words.push(word(op, base)?);
-        base += 2 + 2 * l.dims().len();
-    }
-    for l in layouts {
-        words.push(word(op, l.dims().len())?);
-        words.push(word(op, l.start_offset())?);
-        for &d in l.dims() {
-            words.push(word(op, d)?);
-        }
-        for &s in l.strides() {
-            words.push(word(op, s)?);
-        }
-    }
-    Ok(words)
+    crate::gpu_pool::info_words(scalars, layouts)
+        .into_iter()
+        .map(|w| {
+            u32::try_from(w)
+                .map_err(|_| Error::invalid(op, format!("size {w} exceeds the wgpu backend's 32-bit indexing")))
+        })
+        .collect()
 }
 
 /// How many workgroups to launch.

@@ -19,8 +19,8 @@ mod reduce;
 mod storage;
 mod window;
 
+pub use crate::gpu_memory::MemoryStats;
 pub use adapters::{adapters, best_ordinal, find_adapter, WgpuAdapterInfo};
-pub use pool::MemoryStats;
 pub use storage::WgpuStorage;
 
 /// Memory statistics of the pool of wgpu device `ordinal` (an error if it cannot be opened).

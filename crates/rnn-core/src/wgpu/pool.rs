@@ -1,75 +1,15 @@
-//! A caching allocator per device: freed buffers are kept by size class and handed out
-//! again, so a training step allocates nothing new after the first. `RNN_GPU_MEMORY_POOL=0`
-//! turns caching off (every buffer is freed at once).
+//! wgpu buffers through the shared caching allocator (`gpu_pool.rs`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::context::WgpuContext;
-pub use crate::wgpu_memory::MemoryStats;
+use crate::gpu_pool::size_class;
 use crate::{Error, Result};
-
-pub(crate) struct BufferPool {
-    enabled: bool,
-    free: Mutex<HashMap<u64, Vec<::wgpu::Buffer>>>,
-    stats: Mutex<MemoryStats>,
-}
-
-/// The size a request of `bytes` is rounded up to: at least 256 bytes, then to an eighth of
-/// the next power of two, so that at most 1/8 of a buffer is wasted.
-fn size_class(bytes: u64) -> u64 {
-    let bytes = bytes.max(256);
-    let step = (bytes.next_power_of_two() / 8).max(256);
-    bytes.div_ceil(step) * step
-}
 
 pub(crate) const USAGE: ::wgpu::BufferUsages =
     ::wgpu::BufferUsages::STORAGE.union(::wgpu::BufferUsages::COPY_SRC).union(::wgpu::BufferUsages::COPY_DST);
 
-impl BufferPool {
-    pub fn new(enabled: bool) -> Self {
-        BufferPool { enabled, free: Mutex::new(HashMap::new()), stats: Mutex::new(MemoryStats::default()) }
-    }
-
-    pub fn stats(&self) -> MemoryStats {
-        *self.stats.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn empty_cache(&self) {
-        let dropped: u64 = {
-            let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-            free.drain().map(|(class, bufs)| class * bufs.len() as u64).sum()
-        };
-        self.stats.lock().unwrap_or_else(|p| p.into_inner()).reserved -= dropped;
-    }
-
-    fn take_cached(&self, class: u64) -> Option<::wgpu::Buffer> {
-        self.free.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&class).and_then(Vec::pop)
-    }
-
-    fn record(&self, class: u64, fresh: bool) {
-        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        s.allocated += class;
-        s.peak = s.peak.max(s.allocated);
-        if fresh {
-            s.allocations += 1;
-            s.reserved += class;
-        } else {
-            s.cache_hits += 1;
-        }
-    }
-
-    fn release(&self, class: u64, buffer: ::wgpu::Buffer) {
-        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        s.allocated -= class;
-        if self.enabled {
-            self.free.lock().unwrap_or_else(|p| p.into_inner()).entry(class).or_default().push(buffer);
-        } else {
-            s.reserved -= class;
-            buffer.destroy();
-        }
-    }
-}
+pub(crate) type BufferPool = crate::gpu_pool::BufferPool<::wgpu::Buffer>;
 
 /// A buffer of the pool; dropping it gives it back.
 pub(crate) struct PooledBuffer {

@@ -2,14 +2,15 @@
 //! implemented, otherwise an empty type whose every entry point returns
 //! `Error::NotCompiledWith`, so `Storage` matches all three variants in every build.
 
-use crate::cpu::CpuStorage;
-use crate::op::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
-use crate::storage::BackendStorage;
-use crate::window::Window2d;
-use crate::{DType, Device, Error, Layout, Result};
-
+#[allow(unused_macros)]
 macro_rules! unavailable_backend {
     ($name:ident, $feature:literal, $device:ident) => {
+        use crate::cpu::CpuStorage;
+        use crate::op::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+        use crate::storage::BackendStorage;
+        use crate::window::Window2d;
+        use crate::{DType, Device, Error, Layout, Result};
+
         /// No value of this type can exist: the backend is not part of this build.
         #[derive(Debug)]
         pub enum $name {}
@@ -89,8 +90,19 @@ macro_rules! unavailable_backend {
     };
 }
 
-unavailable_backend!(CudaStorage, "cuda", Cuda);
+#[cfg(not(feature = "cuda"))]
+mod cuda_stub {
+    unavailable_backend!(CudaStorage, "cuda", Cuda);
+}
+#[cfg(feature = "cuda")]
+pub use crate::cuda::CudaStorage;
+#[cfg(not(feature = "cuda"))]
+pub use cuda_stub::CudaStorage;
 #[cfg(not(feature = "wgpu"))]
-unavailable_backend!(WgpuStorage, "wgpu", Wgpu);
+mod wgpu_stub {
+    unavailable_backend!(WgpuStorage, "wgpu", Wgpu);
+}
 #[cfg(feature = "wgpu")]
 pub use crate::wgpu::WgpuStorage;
+#[cfg(not(feature = "wgpu"))]
+pub use wgpu_stub::WgpuStorage;

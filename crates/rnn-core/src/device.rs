@@ -81,6 +81,7 @@ impl Device {
             Device::Cuda(i) => crate::cuda::synchronize(*i),
             #[cfg(feature = "wgpu")]
             Device::Wgpu(i) => crate::wgpu::synchronize(*i),
+            #[allow(unreachable_patterns)]
             d => d.check_available(),
         }
     }

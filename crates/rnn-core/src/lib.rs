@@ -17,6 +17,8 @@ pub mod cpu;
 mod adapter_info;
 pub mod backends;
 mod backprop;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod device;
 mod display;
 mod dtype;

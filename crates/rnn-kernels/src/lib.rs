@@ -38,3 +38,50 @@ pub mod wgsl {
     /// The adjoint of `UNFOLD2D`: window elements summed back into place.
     pub const FOLD2D: &str = include_str!("../wgsl/fold2d.wgsl");
 }
+
+/// CUDA C kernel templates for the CUDA backend, compiled by NVRTC for the device's own
+/// architecture at first use.
+pub mod cuda {
+    /// Shared helpers: `Info`, strided indexing, thread ids, half-type conversions, casts.
+    pub const COMMON: &str = include_str!("../cuda/common.cuh");
+    /// Fill a buffer with one value.
+    pub const FILL: &str = include_str!("../cuda/fill.cu");
+    /// Strided read, convert, strided write: copies, casts and `cat`.
+    pub const COPY: &str = include_str!("../cuda/copy.cu");
+    /// Elementwise op of one input (`{{expr}}` from the op table).
+    pub const UNARY: &str = include_str!("../cuda/unary.cu");
+    /// Elementwise op of two broadcast inputs (`{{expr}}` from the op table).
+    pub const BINARY: &str = include_str!("../cuda/binary.cu");
+    /// Comparison of two inputs to a u8 mask.
+    pub const CMP: &str = include_str!("../cuda/cmp.cu");
+    /// `cond ? t : f` elementwise.
+    pub const WHERE: &str = include_str!("../cuda/where.cu");
+    /// Sum / max / min / argmax / argmin with warp shuffles.
+    pub const REDUCE: &str = include_str!("../cuda/reduce.cu");
+    /// Softmax or log-softmax along the last dim, one block per row.
+    pub const SOFTMAX: &str = include_str!("../cuda/softmax.cu");
+    /// `gather` (and `index_select`) with range-checked ids.
+    pub const GATHER: &str = include_str!("../cuda/gather.cu");
+    /// `scatter_add` with atomic adds.
+    pub const SCATTER_ADD: &str = include_str!("../cuda/scatter_add.cu");
+    /// Sliding windows (im2col) of `[N, C, H, W]`.
+    pub const UNFOLD2D: &str = include_str!("../cuda/unfold2d.cu");
+    /// The adjoint of `UNFOLD2D`.
+    pub const FOLD2D: &str = include_str!("../cuda/fold2d.cu");
+
+    /// Every template, by name (for compile checks).
+    pub const ALL: &[(&str, &str)] = &[
+        ("fill", FILL),
+        ("copy", COPY),
+        ("unary", UNARY),
+        ("binary", BINARY),
+        ("cmp", CMP),
+        ("where", WHERE),
+        ("reduce", REDUCE),
+        ("softmax", SOFTMAX),
+        ("gather", GATHER),
+        ("scatter_add", SCATTER_ADD),
+        ("unfold2d", UNFOLD2D),
+        ("fold2d", FOLD2D),
+    ];
+}

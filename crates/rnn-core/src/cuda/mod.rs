@@ -1,0 +1,89 @@
+//! The CUDA backend (NVIDIA GPUs) through cudarc with dynamic loading: the crate builds and
+//! runs on machines without CUDA, where device listing finds no devices and creating a CUDA
+//! tensor returns `Error::DeviceNotAvailable`.
+//!
+//! Kernels are CUDA C templates from `rnn-kernels` (elementwise ones filled from the op
+//! table), compiled by NVRTC for the device's own architecture at first use and cached in
+//! memory and on disk (`compile.rs`). Buffers come from the shared caching allocator.
+//! Every dtype is stored natively; f16 / bf16 compute in f32.
+
+mod compile;
+mod context;
+mod dtype;
+mod elementwise;
+mod index;
+mod launch;
+mod libs;
+mod matmul;
+mod pool;
+mod reduce;
+mod storage;
+mod window;
+
+pub use compile::{cache_entry, cache_file, compile_ptx, compile_ptx_uncached, disk_cached_ptx, nvrtc_version};
+pub use context::device_count;
+pub use storage::CudaStorage;
+
+/// What the driver reports about one CUDA device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaDeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub total_memory: u64,
+    pub compute_capability: (u32, u32),
+}
+
+/// The properties of `cuda:ordinal` (opening it).
+pub fn device_info(ordinal: usize) -> crate::Result<CudaDeviceInfo> {
+    let d = context::device(ordinal)?;
+    Ok(CudaDeviceInfo {
+        ordinal,
+        name: d.name.clone(),
+        total_memory: d.total_memory,
+        compute_capability: d.compute_capability,
+    })
+}
+
+/// The caching allocator's statistics of `cuda:ordinal`.
+pub fn memory_stats(ordinal: usize) -> crate::Result<crate::gpu_memory::MemoryStats> {
+    Ok(context::device(ordinal)?.pool.stats())
+}
+
+/// Frees the buffers `cuda:ordinal` keeps for reuse.
+pub fn empty_cache(ordinal: usize) -> crate::Result<()> {
+    context::device(ordinal)?.pool.empty_cache();
+    Ok(())
+}
+
+/// Blocks until every kernel queued on `cuda:ordinal` has finished.
+pub fn synchronize(ordinal: usize) -> crate::Result<()> {
+    context::device(ordinal)?.synchronize()
+}
+
+/// Median seconds of one device-to-device copy of `bytes` bytes (waited for, like an op).
+pub fn time_buffer_copy(ordinal: usize, bytes: u64, calls: usize) -> crate::Result<f64> {
+    let d = context::device(ordinal)?;
+    let (src, mut dst) = (pool::alloc(&d, bytes)?, pool::alloc(&d, bytes)?);
+    let mut times = Vec::with_capacity(calls + 2);
+    for _ in 0..calls.max(1) + 2 {
+        let start = std::time::Instant::now();
+        let from = src.slice().slice(..bytes as usize);
+        let mut to = dst.slice_mut().slice_mut(..bytes as usize);
+        d.stream.memcpy_dtod(&from, &mut to).map_err(context::driver_err(ordinal, "copy"))?;
+        d.synchronize()?;
+        times.push(start.elapsed().as_secs_f64());
+    }
+    let mut timed = times.split_off(2);
+    timed.sort_by(f64::total_cmp);
+    Ok(timed[timed.len() / 2])
+}
+
+/// Every kernel source the backend can launch, by name, for compile checks (CI compiles them
+/// all with NVRTC for sm_80 and sm_90, with no GPU).
+pub fn kernel_variants() -> Vec<(String, String)> {
+    let mut all = elementwise::variants();
+    all.extend(reduce::variants());
+    all.extend(index::variants());
+    all.extend(window::variants());
+    all
+}

@@ -1,0 +1,59 @@
+// Shared by every CUDA kernel of the rnn CUDA backend (prepended to each source).
+//
+// Every kernel is `extern "C" __global__ void kernel(const Info info, buffers...)`. `info`
+// holds a kernel's sizes and operand layouts as 64-bit words; a layout stored at w[base] is:
+// rank, start offset, dims[rank], strides[rank] (in elements), so that `strided_offset` is
+// the one place where strided indexing is written in CUDA C.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#define INFO_WORDS 96
+#define BLOCK 256
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned char u8;
+typedef long long i64;
+
+struct Info {
+    u64 w[INFO_WORDS];
+};
+
+// Storage position of the row-major linear index `i` of the layout at info.w[base].
+__device__ __forceinline__ u64 strided_offset(const Info& info, u64 i, u64 base) {
+    const u64 rank = info.w[base];
+    u64 offset = info.w[base + 1];
+    for (u64 d = rank; d > 0; --d) {
+        const u64 size = info.w[base + 1 + d];
+        const u64 stride = info.w[base + 1 + rank + d];
+        offset += (i % size) * stride;
+        i /= size;
+    }
+    return offset;
+}
+
+// `strided_offset` for a contiguous layout.
+__device__ __forceinline__ u64 contiguous_offset(const Info& info, u64 i, u64 base) {
+    return info.w[base + 1] + i;
+}
+
+// The first element index of this thread and the grid-stride step.
+__device__ __forceinline__ u64 thread_start() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ u64 grid_step() { return (u64)gridDim.x * blockDim.x; }
+
+// Loads as the compute type (half types compute in float) and stores back from it.
+__device__ __forceinline__ float load(__half x) { return __half2float(x); }
+__device__ __forceinline__ float load(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T load(T x) { return x; }
+
+template <typename O, typename C> __device__ __forceinline__ O store(C x) { return (O)x; }
+template <> __device__ __forceinline__ __half store<__half, float>(float x) { return __float2half(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16, float>(float x) { return __float2bfloat16(x); }
+
+// Float to integer with Rust `as` semantics: truncate, saturate, NaN -> 0.
+template <typename I> __device__ __forceinline__ I float_to_int(double x, double lo, double hi) {
+    if (x != x) return (I)0;
+    if (x <= lo) return (I)lo;
+    if (x >= hi) return (I)hi;
+    return (I)x;
+}

@@ -21,12 +21,15 @@ pub struct GpuSizes {
 }
 
 impl GpuSizes {
+    /// The sizes of bench/gpu_bench.py (matmul up to 8192: meant for real GPUs).
     pub const FULL: GpuSizes = GpuSizes {
-        matmul: &[256, 512, 1024, 2048],
+        matmul: &[1024, 2048, 4096, 8192],
         elems: 16 << 20,
         softmax: (16384, 1024),
         timing: TimingConfig::FULL,
     };
+    /// Full memory-bound sizes with matmul up to 2048, for slow (software) adapters.
+    pub const SMALL_MATMUL: GpuSizes = GpuSizes { matmul: &[256, 512, 1024, 2048], ..GpuSizes::FULL };
     /// Small enough for a software adapter (lavapipe) in a minute.
     pub const QUICK: GpuSizes =
         GpuSizes { matmul: &[128, 256, 512], elems: 1 << 20, softmax: (1024, 1024), timing: TimingConfig::QUICK };
@@ -63,8 +66,10 @@ impl Bench<'_> {
             reference.0, reference.1
         )?;
         self.out.flush()?;
-        self.push(format!("{}:{name}", self.device), metric, value, true);
-        self.push(format!("{}:{name}", reference.0), metric, reference.1, true);
+        self.push(name.to_string(), metric, value, true);
+        if reference.1.is_finite() {
+            self.push(format!("{}:{name}", reference.0), metric, reference.1, true);
+        }
         Ok(())
     }
 }
@@ -124,22 +129,50 @@ fn bench_launch_overhead(bench: &mut Bench) -> CliResult<()> {
         cpu * 1e6,
         gpu / cpu
     )?;
-    let name = format!("{}:op_overhead", bench.device);
-    bench.push(name, "us/op", gpu * 1e6, false);
+    bench.push("op_overhead".into(), "us/op", gpu * 1e6, false);
     bench.push("cpu:op_overhead".into(), "us/op", cpu * 1e6, false);
     Ok(())
 }
 
+/// The matmul dtypes measured on `device`: f32 everywhere; on CUDA also TF32 (f32 through
+/// tensor cores, `RNN_CUDA_TF32=1`) and bf16.
+fn matmul_kinds(device: Device) -> Vec<(&'static str, DType, bool)> {
+    let mut kinds = vec![("f32", DType::F32, false)];
+    if matches!(device, Device::Cuda(_)) {
+        kinds.extend([("tf32", DType::F32, true), ("bf16", DType::BF16, false)]);
+    }
+    kinds
+}
+
+/// The CPU reference is measured up to this size (larger ones take seconds per call there).
+const CPU_REFERENCE_MAX: usize = 2048;
+
 fn bench_matmul(bench: &mut Bench, sizes: &[usize]) -> CliResult<()> {
     for &n in sizes {
-        let (a, b) = (randn((n, n), Device::Cpu)?, randn((n, n), Device::Cpu)?);
-        let (ga, gb) = (a.to_device(bench.device)?, b.to_device(bench.device)?);
-        let flops = 2.0 * (n as f64).powi(3) / 1e9;
-        let gpu = bench.seconds(bench.device, || ga.matmul(&gb).map(drop))?;
-        let cpu = bench.seconds(Device::Cpu, || a.matmul(&b).map(drop))?;
-        bench.report(&format!("matmul_f32_{n}"), "GFLOP/s", flops / gpu, ("cpu", flops / cpu))?;
+        for (label, dtype, tf32) in matmul_kinds(bench.device) {
+            let (a, b) = (randn((n, n), Device::Cpu)?.to_dtype(dtype)?, randn((n, n), Device::Cpu)?.to_dtype(dtype)?);
+            let (ga, gb) = (a.to_device(bench.device)?, b.to_device(bench.device)?);
+            let flops = 2.0 * (n as f64).powi(3) / 1e9;
+            set_tf32(tf32);
+            let gpu = bench.seconds(bench.device, || ga.matmul(&gb).map(drop));
+            set_tf32(false);
+            let cpu = match n <= CPU_REFERENCE_MAX && dtype == DType::F32 && !tf32 {
+                true => flops / bench.seconds(Device::Cpu, || a.matmul(&b).map(drop))?,
+                false => f64::NAN,
+            };
+            bench.report(&format!("matmul_{label}_{n}"), "GFLOP/s", flops / gpu?, ("cpu", cpu))?;
+        }
     }
     Ok(())
+}
+
+/// Whether CUDA f32 matmuls may use TF32 (read by the backend at each matmul).
+fn set_tf32(on: bool) {
+    if on {
+        std::env::set_var("RNN_CUDA_TF32", "1");
+    } else {
+        std::env::remove_var("RNN_CUDA_TF32");
+    }
 }
 
 type UnaryFn = fn(&Tensor) -> rnn::Result<Tensor>;

@@ -84,6 +84,9 @@ struct GpuBenchArgs {
     /// `cuda:N` or `wgpu:N` / `wgpu:<name>` (default: the best available GPU).
     #[arg(long)]
     device: Option<String>,
+    /// Matmul up to 2048 only (for software adapters; the full run goes to 8192).
+    #[arg(long)]
+    small_matmul: bool,
 }
 
 fn main() -> ExitCode {
@@ -134,7 +137,11 @@ fn bench_gpu(args: &GpuBenchArgs) -> CliResult<()> {
         Some(name) => rnn::Device::parse(name)?,
         None => rnn::Device::best()?,
     };
-    let sizes = if args.options.quick { bench_gpu::GpuSizes::QUICK } else { bench_gpu::GpuSizes::FULL };
+    let sizes = match (args.options.quick, args.small_matmul) {
+        (true, _) => bench_gpu::GpuSizes::QUICK,
+        (false, true) => bench_gpu::GpuSizes::SMALL_MATMUL,
+        (false, false) => bench_gpu::GpuSizes::FULL,
+    };
     run_bench(&args.options, |out| bench_gpu::run(sizes, device, out))
 }
 

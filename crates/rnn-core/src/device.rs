@@ -96,6 +96,21 @@ impl Device {
     }
 }
 
+impl Device {
+    /// Whether tests must fail, rather than report themselves skipped, when this device is
+    /// missing: `RNN_REQUIRE_GPU` is `1` / `all`, or a comma list naming the backend
+    /// (`cuda`, `wgpu`). CI sets it so that a missing GPU never passes silently.
+    pub fn is_required_by_env(&self) -> bool {
+        let Ok(list) = std::env::var("RNN_REQUIRE_GPU") else { return false };
+        let kind = match self {
+            Device::Cpu => return false,
+            Device::Cuda(_) => "cuda",
+            Device::Wgpu(_) => "wgpu",
+        };
+        list.split(',').map(str::trim).any(|v| v == "1" || v == "all" || v == kind)
+    }
+}
+
 impl std::fmt::Display for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -25,17 +25,31 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
     }
     let variants = rnn_core::cuda::kernel_variants();
     assert!(variants.len() > 200, "only {} kernel variants", variants.len());
-    let mut failures = Vec::new();
-    for arch in ["sm_80", "sm_90"] {
-        for (name, source) in &variants {
-            match rnn_core::cuda::compile_ptx_uncached(source, arch) {
-                Ok(ptx) => assert!(ptx.contains(".entry kernel"), "{name} for {arch}: no kernel entry in the PTX"),
-                Err(e) => failures.push(format!("{name} ({arch}): {e}")),
-            }
-        }
-    }
+    let jobs: Vec<_> = ["sm_80", "sm_90"].iter().flat_map(|arch| variants.iter().map(move |v| (*arch, v))).collect();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    // NVRTC compiles independent programs concurrently.
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let workers: Vec<_> = jobs
+            .chunks(jobs.len().div_ceil(threads))
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk.iter().filter_map(|(arch, (name, source))| compile(arch, name, source)).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("compile worker")).collect()
+    });
     let first: Vec<_> = failures.iter().take(3).collect();
     assert!(failures.is_empty(), "{} kernels failed to compile, first: {first:#?}", failures.len());
+}
+
+/// Compiles one kernel; the failure message, if it fails or has no `kernel` entry.
+fn compile(arch: &str, name: &str, source: &str) -> Option<String> {
+    match rnn_core::cuda::compile_ptx_uncached(source, arch) {
+        Ok(ptx) if ptx.contains(".entry kernel") => None,
+        Ok(_) => Some(format!("{name} ({arch}): no kernel entry in the PTX")),
+        Err(e) => Some(format!("{name} ({arch}): {e}")),
+    }
 }
 
 #[test]

@@ -15,7 +15,7 @@ fn adapter() -> Option<(Device, rnn_core::WgpuAdapterInfo)> {
     match rnn_core::wgpu_adapters().into_iter().find(|a| a.ordinal == i) {
         Some(info) => Some((device, info)),
         None => {
-            assert!(std::env::var("RNN_REQUIRE_GPU").as_deref() != Ok("1"), "no wgpu adapter {device}");
+            assert!(!device.is_required_by_env(), "no wgpu adapter {device}");
             eprintln!("SKIPPED: no wgpu adapter {device}");
             None
         }

@@ -11,7 +11,7 @@ use rnn_core::{DType, Device, Error, Tensor};
 fn a_lost_device_is_reported_not_a_panic() -> rnn_core::Result<()> {
     let device = common::wgpu_test_device();
     if let Err(e) = device.check_available() {
-        assert!(std::env::var("RNN_REQUIRE_GPU").as_deref() != Ok("1"), "{device}: {e}");
+        assert!(!device.is_required_by_env(), "{device}: {e}");
         eprintln!("SKIPPED on {device}: {e}");
         return Ok(());
     }

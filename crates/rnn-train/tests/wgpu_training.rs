@@ -1,6 +1,6 @@
 //! Training on the wgpu device follows the CPU run: the same seed, data and model give the
 //! same per-epoch losses and final weights within f32 tolerance. On a machine without a wgpu
-//! adapter the tests say they are skipped (and fail when `RNN_REQUIRE_GPU=1`).
+//! adapter the tests say they are skipped (and fail when `RNN_REQUIRE_GPU` requires wgpu).
 #![cfg(feature = "wgpu")]
 
 use rnn_core::{Device, Result, Tensor};
@@ -18,7 +18,7 @@ fn wgpu_device() -> Option<Device> {
     match device.check_available() {
         Ok(()) => Some(device),
         Err(e) => {
-            assert!(std::env::var("RNN_REQUIRE_GPU").as_deref() != Ok("1"), "{device}: {e}");
+            assert!(!device.is_required_by_env(), "{device}: {e}");
             eprintln!("SKIPPED on {device}: {e}");
             None
         }

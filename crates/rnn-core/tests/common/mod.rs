@@ -1,6 +1,6 @@
 //! Shared test helpers. `test_device!(body)` runs one test body on every device this build
 //! and machine offer: always the CPU, plus CUDA / wgpu when their features are on (a test
-//! on a missing GPU is reported as skipped, never passed silently; with `RNN_REQUIRE_GPU=1`
+//! on a missing GPU is reported as skipped, never passed silently; with `RNN_REQUIRE_GPU` naming the backend
 //! it fails instead).
 //!
 //! Bodies ask the device what it can hold (`supports`, `dtypes`, `floats`) instead of
@@ -35,13 +35,13 @@ macro_rules! test_device {
     };
 }
 
-/// Runs `body` on a GPU device, or prints why it is skipped. With `RNN_REQUIRE_GPU=1` (set by
-/// CI) a missing device is a failure, so a broken driver setup cannot pass as skipped.
+/// Runs `body` on a GPU device, or prints why it is skipped. When `RNN_REQUIRE_GPU` names the
+/// backend (CI) a missing device is a failure, so a broken driver setup cannot pass as skipped.
 pub fn on_gpu(device: Device, body: impl FnOnce(Device) -> Result<()>) -> Result<()> {
     match device.check_available() {
         Ok(()) => body(device),
-        Err(e) if std::env::var("RNN_REQUIRE_GPU").is_ok_and(|v| v.trim() == "1") => {
-            panic!("RNN_REQUIRE_GPU=1, but {device} is not available: {e}")
+        Err(e) if device.is_required_by_env() => {
+            panic!("RNN_REQUIRE_GPU requires {device}, but it is not available: {e}")
         }
         Err(e) => {
             eprintln!("SKIPPED on {device}: {e}");

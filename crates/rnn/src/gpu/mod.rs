@@ -1,9 +1,53 @@
-//! The seed GPU API: discovering the GPUs this build can use and opening a context on one.
-//! A machine without a GPU (or a build without the `cuda` / `wgpu` features) lists none and
-//! everything runs on the CPU.
+//! The GPU API: discovering the GPUs this build can use, opening a context on one, moving
+//! arrays to and from it ([`GpuTensor`]), timing regions ([`GpuProfiler`]) and running your
+//! own CUDA C or WGSL kernels on tensors ([`KernelManager`]). A machine without a GPU (or a
+//! build without the `cuda` / `wgpu` features) lists none and everything runs on the CPU.
 //!
-//! Software wgpu adapters (llvmpipe / lavapipe, WARP) are not GPUs: they are listed only
-//! when `RNN_GPU_DEVICE` names one (e.g. `RNN_GPU_DEVICE=wgpu:0` or `wgpu:llvmpipe`).
+//! ```
+//! use rnn::gpu::{GpuManager, GpuTensor};
+//! use rnn::ndarray::Array2;
+//! # fn main() -> rnn::Result<()> {
+//! let manager = GpuManager::new();
+//! println!("Available GPUs: {}", manager.devices().len());
+//! if let Some(device) = manager.default_device() {
+//!     println!("Using GPU: {}", device.name);
+//!     let context = manager.create_context(device.id)?;
+//!     let cpu_data = Array2::<f32>::zeros((1000, 784));
+//!     let gpu_tensor = GpuTensor::from_cpu(&cpu_data, &context)?;
+//!     // Tensor ops on the GPU: `gpu_tensor.tensor().relu()?`, `.matmul(..)?`, ...
+//!     let result = gpu_tensor.to_cpu()?;
+//!     assert_eq!(result.shape(), &[1000, 784]);
+//!     let stats = context.memory_stats()?;
+//!     println!("GPU memory: {} MiB allocated, {} MiB reserved", stats.allocated >> 20, stats.reserved >> 20);
+//! } else {
+//!     println!("No GPU available: running on the CPU");
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Devices are listed in the order `Device::best()` prefers them: CUDA devices (with name,
+//! memory and compute capability from the driver, in builds with the `cuda` feature), then
+//! hardware wgpu adapters (Vulkan, Metal, DX12; the `wgpu` feature, on by default). Software
+//! wgpu adapters (llvmpipe / lavapipe, WARP) are not GPUs: they are listed only when
+//! `RNN_GPU_DEVICE` names one (e.g. `RNN_GPU_DEVICE=wgpu:0` or `wgpu:llvmpipe`).
+//!
+//! # Environment variables
+//!
+//! | Variable | Effect |
+//! |---|---|
+//! | `RNN_GPU_DEVICE` | The device `Device::best()` returns, and so the one training and examples use: `cpu`, `cuda:N`, `wgpu:N` or `wgpu:<part of an adapter name>`. A named device that is not available is an error, never silently replaced. |
+//! | `RNN_GPU_DEBUG` | Anything but `0`: kernel compilations (with their source) and launches are logged through `tracing` at info / debug level. Install a `tracing` subscriber to see them (the `rnn` command line tool does). |
+//! | `RNN_GPU_MEMORY_POOL` | `0` turns the caching allocator off: every buffer is freed at once. |
+//! | `RNN_CUDA_CACHE_PATH` | Where compiled CUDA kernels (PTX) are cached; default `~/.cache/rnn/cuda`. |
+//! | `WGPU_BACKEND` | Which graphics APIs wgpu searches (`vulkan`, `metal`, `dx12`, `gl`). |
+
+mod kernel;
+mod profiler;
+mod tensor;
+
+pub use kernel::{CompiledKernel, KernelArg, KernelBackend, KernelManager, LaunchConfig};
+pub use profiler::{GpuProfiler, ProfileEvent, ProfileSummary};
+pub use tensor::{GpuTensor, HostElement};
 
 use rnn_core::{Device, Error, Result};
 
@@ -40,22 +84,21 @@ pub struct GpuManager {
     devices: Vec<GpuDevice>,
 }
 
-/// The most CUDA devices probed.
-const MAX_CUDA: usize = 16;
-
 impl GpuManager {
     pub fn new() -> Self {
         let mut devices: Vec<GpuDevice> = Vec::new();
-        for device in (0..MAX_CUDA).map(Device::Cuda).take_while(|d| d.is_available()) {
-            let name = device.to_string();
+        #[cfg(feature = "cuda")]
+        for ordinal in 0..rnn_core::cuda::device_count() {
+            // A device the driver lists but cannot open is left out, as `Device::best()` would.
+            let Ok(info) = rnn_core::cuda::device_info(ordinal) else { continue };
             devices.push(GpuDevice {
                 id: devices.len(),
-                name,
+                name: info.name,
                 device_type: GpuDeviceType::Cuda,
                 backend: "CUDA".into(),
-                total_memory: 0,
-                compute_capability: None,
-                device,
+                total_memory: info.total_memory,
+                compute_capability: Some(info.compute_capability),
+                device: Device::Cuda(ordinal),
             });
         }
         let requested = requested_wgpu_ordinal();

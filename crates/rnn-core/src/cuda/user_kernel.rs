@@ -1,0 +1,143 @@
+//! User-written CUDA C kernels run on tensors' buffers.
+//!
+//! The source is compiled as given by NVRTC for the device's own architecture (through the
+//! same memory and disk PTX cache as the built-in kernels; `common.cuh` is not prepended) and
+//! launched on the device's stream, so it runs after every op already queued there.
+//!
+//! Arguments are passed in order: a tensor as a pointer to its first element (`float*` for
+//! f32, `double*`, `__half*`, `__nv_bfloat16*`, `unsigned int*` for u32, `unsigned char*` for
+//! u8, `long long*` for i64), scalars by value (`unsigned int`, `int`, `float`).
+//!
+//! ```cuda
+//! extern "C" __global__ void add(const float* a, const float* b, float* out, unsigned int n) {
+//!     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+//!     if (i < n) out[i] = a[i] + b[i];
+//! }
+//! ```
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+use super::context::{device, driver_err};
+use super::storage::CudaStorage;
+use crate::storage::{BackendStorage, Storage};
+use crate::{Device, Error, Result, Tensor};
+
+const OP: &str = "user kernel";
+
+/// One argument of a user kernel.
+#[derive(Clone, Copy, Debug)]
+pub enum UserKernelArg<'a> {
+    /// A tensor the kernel reads. A view that does not start at the beginning of its storage
+    /// or is not contiguous is passed as a contiguous copy.
+    Input(&'a Tensor),
+    /// A tensor the kernel writes: a whole contiguous tensor created for the purpose (e.g.
+    /// with `Tensor::zeros`), never a view or the result of an op recorded for gradients.
+    /// Every tensor sharing its storage sees the writes.
+    Output(&'a Tensor),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+}
+
+/// Compiles the kernel `entry` of the CUDA C `source` for `cuda:ordinal` and loads it
+/// (cached), returning NVRTC's log when it does not compile. Without a CUDA driver this is
+/// `Error::DeviceNotAvailable`.
+pub fn compile_user_kernel(ordinal: usize, source: &str, entry: &str) -> Result<()> {
+    device(ordinal)?.function(source, entry).map(|_| ())
+}
+
+/// The storage a tensor argument points at: the tensor's own for outputs and for inputs
+/// that cover their storage from its start, else a contiguous copy.
+fn bound_storage(t: &Tensor, output: bool, ordinal: usize) -> Result<CudaStorage> {
+    if t.device() != Device::Cuda(ordinal) {
+        return Err(Error::DeviceMismatch { op: OP, lhs: Device::Cuda(ordinal), rhs: t.device() });
+    }
+    let n = t.elem_count();
+    if n == 0 {
+        return Err(Error::EmptyTensor { op: OP, shape: t.shape().clone() });
+    }
+    let storage = t.storage();
+    let Storage::Cuda(s) = &*storage else {
+        return Err(Error::DeviceMismatch { op: OP, lhs: Device::Cuda(ordinal), rhs: storage.device() });
+    };
+    let whole = t.layout().contiguous_offsets() == Some((0, n));
+    if output {
+        if !whole || s.len() != n {
+            let msg = "an output must be a whole contiguous tensor (e.g. from Tensor::zeros), not a view";
+            return Err(Error::invalid(OP, msg));
+        }
+        if t.op().is_some() {
+            let msg = "an output must not be the result of an op recorded for gradients (write a fresh tensor)";
+            return Err(Error::invalid(OP, msg));
+        }
+        return Ok(s.clone());
+    }
+    if whole {
+        return Ok(s.clone());
+    }
+    match storage.copy_strided(t.layout())? {
+        Storage::Cuda(copy) => Ok(copy),
+        other => Err(Error::DeviceMismatch { op: OP, lhs: Device::Cuda(ordinal), rhs: other.device() }),
+    }
+}
+
+/// One kernel parameter, owned until the launch.
+enum Param {
+    Buffer(usize),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+}
+
+/// Launches the kernel `entry` of the CUDA C `source` on `cuda:ordinal` with `grid` blocks of
+/// `block` threads and `shared_mem_bytes` of dynamic shared memory, passing `args` in order
+/// (see the module documentation). Asynchronous, like every op: launch errors are returned
+/// here, errors inside the kernel at the next synchronizing call.
+pub fn launch_user_kernel(
+    ordinal: usize,
+    source: &str,
+    entry: &str,
+    args: &[UserKernelArg<'_>],
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    shared_mem_bytes: u32,
+) -> Result<()> {
+    let dev = device(ordinal)?;
+    let mut storages = Vec::new();
+    let mut params = Vec::with_capacity(args.len());
+    for arg in args {
+        params.push(match *arg {
+            UserKernelArg::Input(t) | UserKernelArg::Output(t) => {
+                storages.push(bound_storage(t, matches!(arg, UserKernelArg::Output(_)), ordinal)?);
+                Param::Buffer(storages.len() - 1)
+            }
+            UserKernelArg::U32(v) => Param::U32(v),
+            UserKernelArg::I32(v) => Param::I32(v),
+            UserKernelArg::F32(v) => Param::F32(v),
+        });
+    }
+    let dims = [grid.0, grid.1, grid.2, block.0, block.1, block.2];
+    if dims.contains(&0) {
+        let msg = format!("grid {grid:?} and block {block:?} must have no zero dimension");
+        return Err(Error::invalid(OP, msg));
+    }
+    let f = dev.function(source, entry)?;
+    let mut builder = dev.stream.launch_builder(&f);
+    for p in &params {
+        match p {
+            Param::Buffer(i) => builder.arg(storages[*i].slice()),
+            Param::U32(v) => builder.arg(v),
+            Param::I32(v) => builder.arg(v),
+            Param::F32(v) => builder.arg(v),
+        };
+    }
+    let config = LaunchConfig { grid_dim: grid, block_dim: block, shared_mem_bytes };
+    if dev.debug {
+        tracing::debug!(ordinal, entry, grid = ?grid, block = ?block, "cuda user kernel launch");
+    }
+    // SAFETY: the parameter list is the caller's contract with its kernel (documented above).
+    // Every buffer is alive when the launch is queued (`storages`); one given back to the pool
+    // afterwards is only reused by later work on the same stream, which runs after this kernel.
+    unsafe { builder.launch(config) }.map_err(driver_err(ordinal, "user kernel launch"))?;
+    Ok(())
+}

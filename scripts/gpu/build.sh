@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds, on any Linux machine with a Rust toolchain (no GPU or CUDA toolkit needed), what a
+# CUDA machine needs to test and benchmark this repository without cargo:
+#   gpu-build/bin/         the rnn-core test binaries with the CUDA backend, and the `rnn` CLI
+#   gpu-build/run.sh       runs them (see scripts/gpu/README.md)
+# Release mode, stripped; the bundle must stay under 64 MiB. gpu-build/ is git-ignored.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=gpu-build
+rm -rf "$OUT" && mkdir -p "$OUT/bin"
+
+# Test binaries of the core suite; every `test_device!` body gets a CUDA arm. wgpu is left
+# out to keep the binaries small (the wgpu suite runs in CI on lavapipe).
+cargo test --release -p rnn-core --no-default-features --features cuda --no-run --message-format=json \
+    | python3 -c '
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["profile"]["test"]:
+        print(msg["executable"])
+' | while read -r exe; do
+    name=$(basename "$exe" | sed 's/-[0-9a-f]*$//')
+    cp "$exe" "$OUT/bin/test-$name"
+done
+
+# The CLI with CUDA and wgpu, for `rnn devices`, `rnn bench gpu` and `rnn train`.
+cargo build --release -p rnn-cli --features cuda
+cp target/release/rnn "$OUT/bin/rnn"
+
+strip "$OUT"/bin/* 2>/dev/null || true
+cp scripts/gpu/run.sh bench/gpu_bench.py "$OUT/"
+size=$(du -sm "$OUT" | cut -f1)
+ls -la "$OUT/bin"
+echo "gpu-build: ${size} MiB"
+if [ "$size" -ge 64 ]; then
+    echo "the bundle is over 64 MiB" >&2
+    exit 1
+fi

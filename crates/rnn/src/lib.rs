@@ -27,4 +27,4 @@ pub use rnn_train::{
     NetworkBuilder, TrainingConfig,
 };
 
-pub use gpu::{GpuContext, GpuDevice, GpuDeviceType, GpuManager, MemoryStats};
+pub use gpu::{GpuContext, GpuDevice, GpuDeviceType, GpuManager, GpuProfiler, GpuTensor, KernelManager, MemoryStats};

@@ -7,6 +7,7 @@
 //! memory and on disk (`compile.rs`). Buffers come from the shared caching allocator.
 //! Every dtype is stored natively; f16 / bf16 compute in f32.
 
+mod blaslt;
 mod compile;
 mod context;
 mod dtype;
@@ -16,13 +17,18 @@ mod launch;
 mod libs;
 mod matmul;
 mod pool;
+mod profile;
 mod reduce;
 mod storage;
+mod user_kernel;
 mod window;
 
 pub use compile::{cache_entry, cache_file, compile_ptx, compile_ptx_uncached, disk_cached_ptx, nvrtc_version};
 pub use context::device_count;
+pub use matmul::{matmul_bias_act, Epilogue};
+pub use profile::{record_timing_event, CudaTimingEvent};
 pub use storage::CudaStorage;
+pub use user_kernel::{compile_user_kernel, launch_user_kernel, UserKernelArg};
 
 /// What the driver reports about one CUDA device.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -19,7 +19,7 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::context::{device, driver_err};
 use super::storage::CudaStorage;
-use crate::storage::{BackendStorage, Storage};
+use crate::storage::Storage;
 use crate::{Device, Error, Result, Tensor};
 
 const OP: &str = "user kernel";

@@ -17,11 +17,13 @@ mod matmul;
 mod pool;
 mod reduce;
 mod storage;
+mod user_kernel;
 mod window;
 
 pub use crate::gpu_memory::MemoryStats;
 pub use adapters::{adapters, best_ordinal, find_adapter, WgpuAdapterInfo};
 pub use storage::WgpuStorage;
+pub use user_kernel::{compile_user_kernel, launch_user_kernel, UserKernelArg};
 
 /// Memory statistics of the pool of wgpu device `ordinal` (an error if it cannot be opened).
 pub fn memory_stats(ordinal: usize) -> crate::Result<MemoryStats> {

@@ -3,8 +3,8 @@
 //! Binding convention (group 0):
 //! - every tensor argument, in the order given, at bindings `0, 1, ..`, bound to exactly its
 //!   elements (`arrayLength` gives the element count). Elements are in the stored type of
-//!   their dtype: `f32`, `f16` (with shader-f16), `u32` (u32 and u8 tensors, one word per
-//!   element) or `i32` (i64 tensors);
+//!   their dtype: `f32`, `f16` (with shader-f16; the source must `enable f16;`), `u32` (u32
+//!   and u8 tensors, one word per element) or `i32` (i64 tensors);
 //! - when there are scalar arguments, one more binding right after the tensors holds them
 //!   all, in order, one 32-bit word each (`u32`, `i32` or `f32`), padded to 16 bytes. The
 //!   buffer can be declared `var<uniform>` or `var<storage, read>` as a struct of scalars.
@@ -65,7 +65,7 @@ fn pipelines() -> &'static PipelineCache {
 /// Compiles the WGSL compute shader `source` with entry point `entry` on `wgpu:ordinal`
 /// (cached), returning the compiler's message when it does not compile.
 pub fn compile_user_kernel(ordinal: usize, source: &str, entry: &str) -> Result<()> {
-    pipeline(&context(ordinal)?, source, entry).map(|_| ())
+    pipeline(&*context(ordinal)?, source, entry).map(|_| ())
 }
 
 fn pipeline(ctx: &WgpuContext, source: &str, entry: &str) -> Result<Arc<::wgpu::ComputePipeline>> {

@@ -4,8 +4,9 @@ timing (3 warm-up calls, then >= 0.5 s and >= 5 calls, median; every call synchr
 JSON records, so `bench/compare.py ours.json torch.json` gives the side-by-side ratios.
 
 Workloads: op_overhead (us per tiny op, 200 queued then one sync), matmul fp32 / tf32 / bf16
-at 1024..8192, relu / exp / gelu / add / sum / softmax GB/s, and a device-to-device copy of
-the same bytes (the bandwidth reference).
+at 1024..8192, linear_relu (relu(F.linear(x, w, b)) at 4096, against our fused Linear),
+relu / exp / gelu / add / sum / softmax GB/s, and a device-to-device copy of the same bytes
+(the bandwidth reference).
 """
 import argparse
 import json
@@ -60,6 +61,12 @@ def bench_matmul():
     return out
 
 
+def bench_linear(n=MATMUL_SIZES[len(MATMUL_SIZES) // 2]):
+    x, w, b = (torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda"), torch.randn(n, device="cuda"))
+    s = time_call(lambda: torch.relu(F.linear(x, w, b)))
+    return [record(f"linear_relu_f32_{n}", "GFLOP/s", 2 * n**3 / s / 1e9)]
+
+
 def bench_memory_bound():
     x, y = torch.randn(ELEMS, device="cuda"), torch.randn(ELEMS, device="cuda")
     label = f"{ELEMS >> 20}M"
@@ -89,7 +96,7 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("gpu_bench.py needs a CUDA GPU (torch.cuda.is_available() is False)")
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
-    records = bench_overhead() + bench_matmul() + bench_memory_bound()
+    records = bench_overhead() + bench_matmul() + bench_linear() + bench_memory_bound()
     for r in records:
         print(f"{r['name']:<32} {r['value']:>12.2f} {r['metric']}")
     if args.json:

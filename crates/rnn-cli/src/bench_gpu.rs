@@ -1,6 +1,7 @@
 //! `rnn bench gpu`: a GPU device against its references, measured side by side in one run:
 //! matmul GFLOP/s against the CPU backend on the same machine, and elementwise, softmax and
-//! sum GB/s against a plain device-to-device buffer copy of the same bytes (wgpu devices).
+//! sum GB/s against a plain device-to-device buffer copy of the same bytes, and a Linear
+//! layer's fused forward (`Tensor::linear`) against the same matmul, add and ReLU run apart.
 //! Every timed call waits for the device, so submission overhead is included on both sides.
 
 use std::io::Write;
@@ -93,6 +94,7 @@ pub fn run(sizes: GpuSizes, device: Device, out: &mut dyn Write) -> CliResult<Ve
     let _no_grad = NoGradGuard::new();
     bench_launch_overhead(&mut bench)?;
     bench_matmul(&mut bench, sizes.matmul)?;
+    bench_linear(&mut bench, sizes.matmul[sizes.matmul.len() / 2])?;
     bench_memory_bound(&mut bench, sizes)?;
     Ok(bench.records)
 }
@@ -164,6 +166,16 @@ fn bench_matmul(bench: &mut Bench, sizes: &[usize]) -> CliResult<()> {
         }
     }
     Ok(())
+}
+
+/// `relu(x @ wᵀ + b)` for square `n x n` operands in f32: one fused op (cuBLASLt epilogue
+/// on CUDA) against a matmul, a broadcast add and a ReLU.
+fn bench_linear(bench: &mut Bench, n: usize) -> CliResult<()> {
+    let (x, w, b) = (randn((n, n), bench.device)?, randn((n, n), bench.device)?, randn(n, bench.device)?);
+    let flops = 2.0 * (n as f64).powi(3) / 1e9;
+    let fused = bench.seconds(bench.device, || x.linear(&w, Some(&b), rnn::Epilogue::Relu).map(drop))?;
+    let apart = bench.seconds(bench.device, || x.matmul(&w.t()?)?.add(&b)?.relu().map(drop))?;
+    bench.report(&format!("linear_relu_f32_{n}"), "GFLOP/s", flops / fused, ("unfused", flops / apart))
 }
 
 /// Whether CUDA f32 matmuls may use TF32 (read by the backend at each matmul).

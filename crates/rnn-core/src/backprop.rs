@@ -20,6 +20,8 @@ pub(crate) enum Op {
     /// Fused softmax over the last dim; `true` for log-softmax.
     Softmax(Tensor, bool),
     Matmul(Tensor, Tensor),
+    /// `act(x @ wᵀ + b)` (`Tensor::linear`).
+    Linear(Tensor, Tensor, Option<Tensor>, crate::Epilogue),
     Reshape(Tensor),
     Permute(Tensor, Vec<usize>),
     Narrow(Tensor, usize, usize),
@@ -48,6 +50,7 @@ impl Op {
             Op::WhereCond(_, t, f) => vec![t, f],
             Op::ScatterAdd(a, _, s, _) => vec![a, s],
             Op::Cat(xs, _) => xs.iter().collect(),
+            Op::Linear(x, w, b, _) => [x, w].into_iter().chain(b).collect(),
         }
     }
 }

@@ -50,6 +50,7 @@ pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 pub use layout::Layout;
+pub use op::Epilogue;
 pub use random::manual_seed;
 pub use shape::{AllDims, Dim, Dims, Shape};
 pub use tensor::{Tensor, TensorId};

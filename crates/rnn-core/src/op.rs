@@ -214,3 +214,28 @@ impl ReduceOp {
         matches!(self, ReduceOp::ArgMax | ReduceOp::ArgMin)
     }
 }
+
+/// The activation a fused Linear forward (`Tensor::linear`) applies after adding the bias.
+/// Backends with fused kernels (cuBLASLt epilogues on CUDA) run it inside the product.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Epilogue {
+    /// No activation: `x @ wᵀ + b`.
+    #[default]
+    None,
+    Relu,
+    /// GELU, tanh approximation (the same function as `Tensor::gelu`).
+    Gelu,
+}
+
+impl Epilogue {
+    pub const ALL: &'static [Epilogue] = &[Epilogue::None, Epilogue::Relu, Epilogue::Gelu];
+
+    /// The elementwise op it applies, if any.
+    pub fn unary(self) -> Option<UnaryOp> {
+        match self {
+            Epilogue::None => None,
+            Epilogue::Relu => Some(UnaryOp::Relu),
+            Epilogue::Gelu => Some(UnaryOp::Gelu),
+        }
+    }
+}

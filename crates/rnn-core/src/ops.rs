@@ -2,7 +2,7 @@
 //! matmul and index ops. Each checks its arguments, then calls the storage once.
 
 use crate::backprop::Op;
-use crate::op::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use crate::op::{BinaryOp, CmpOp, Epilogue, ReduceOp, UnaryOp};
 use crate::{DType, Dim, Dims, Error, Layout, Result, Shape, Tensor};
 
 macro_rules! unary_methods {
@@ -272,6 +272,40 @@ impl Tensor {
         let b = rhs.broadcast_as(with(k, n))?;
         let storage = a.storage().matmul(a.layout(), &b.storage(), b.layout())?;
         Ok(Tensor::from_parts(storage, Layout::contiguous(with(m, n)), Some(Op::Matmul(a, b))))
+    }
+
+    /// `act(self @ weightᵀ + bias)`, a Linear layer's forward as one op: `self` is `[m, k]`,
+    /// `weight` `[n, k]` (PyTorch's `[out, in]`) and `bias` `[n]`; the result is `[m, n]`.
+    /// On CUDA the bias and activation run inside the cuBLASLt product (epilogues);
+    /// elsewhere it is a matmul, an add and the activation. Differentiable in all three.
+    pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>, act: Epilogue) -> Result<Tensor> {
+        self.check_linear(weight, bias)?;
+        let bias_storage = bias.map(|b| b.storage());
+        let bias_arg = bias_storage.as_deref().zip(bias.map(|b| b.layout()));
+        let storage = self.storage().linear(self.layout(), &weight.storage(), weight.layout(), bias_arg, act)?;
+        let shape = vec![self.dims()[0], weight.dims()[0]];
+        let op = Op::Linear(self.clone(), weight.clone(), bias.cloned(), act);
+        Ok(Tensor::from_parts(storage, Layout::contiguous(shape), Some(op)))
+    }
+
+    fn check_linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<()> {
+        const OP: &str = "linear";
+        self.expect_rank(OP, 2)?;
+        weight.expect_rank(OP, 2)?;
+        for other in std::iter::once(weight).chain(bias) {
+            if other.dtype() != self.dtype() {
+                return Err(Error::DTypeMismatch { op: OP, lhs: self.dtype(), rhs: other.dtype() });
+            }
+        }
+        if weight.dims()[1] != self.dims()[1] {
+            return Err(Error::ShapeMismatch { op: OP, lhs: self.shape().clone(), rhs: weight.shape().clone() });
+        }
+        if let Some(b) = bias {
+            if b.dims() != [weight.dims()[0]] {
+                return Err(Error::ShapeMismatch { op: OP, lhs: weight.shape().clone(), rhs: b.shape().clone() });
+            }
+        }
+        Ok(())
     }
 
     // ---- index ops ----

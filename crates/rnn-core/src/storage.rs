@@ -4,7 +4,7 @@
 
 use crate::backends::{CudaStorage, WgpuStorage};
 use crate::cpu::CpuStorage;
-use crate::op::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use crate::op::{BinaryOp, CmpOp, Epilogue, ReduceOp, UnaryOp};
 use crate::window::Window2d;
 use crate::{DType, Device, Error, Layout, Result};
 
@@ -36,6 +36,23 @@ pub trait BackendStorage: Sized {
     /// `[N, C, kh * kw, Ho * Wo]` -> `[N, C, H, W]` with `(H, W) = out_hw`: the adjoint of
     /// `unfold2d` (see `Tensor::fold2d`).
     fn fold2d(&self, l: &Layout, out_hw: (usize, usize), window: &Window2d) -> Result<Self>;
+
+    /// `act(x @ wᵀ + bias)` with `x` (self) `[m, k]`, `w` `[n, k]` and `bias` `[n]`: a
+    /// Linear layer's forward, into a contiguous `[m, n]`. The default composes matmul, add
+    /// and the activation; a backend with a fused kernel overrides it.
+    fn linear(&self, l: &Layout, w: &Self, wl: &Layout, bias: Option<(&Self, &Layout)>, act: Epilogue) -> Result<Self> {
+        let out = Layout::contiguous(vec![l.dims()[0], wl.dims()[0]]);
+        let mut y = self.matmul(l, w, &wl.transpose(0, 1)?)?;
+        if let Some((b, bl)) = bias {
+            // Every row reads the same bias vector.
+            let rows = Layout::new(out.shape().clone(), vec![0, bl.strides()[0]], bl.start_offset());
+            y = y.binary(&out, b, &rows, BinaryOp::Add)?;
+        }
+        match act.unary() {
+            Some(op) => y.unary(&out, op),
+            None => Ok(y),
+        }
+    }
 }
 
 impl BackendStorage for CpuStorage {
@@ -206,6 +223,41 @@ impl Storage {
 
     pub fn matmul(&self, l: &Layout, rhs: &Storage, rl: &Layout) -> Result<Storage> {
         Ok(dispatch2!("matmul", self, rhs, |a, b| a.matmul(l, b, rl)))
+    }
+
+    pub fn linear(
+        &self,
+        l: &Layout,
+        w: &Storage,
+        wl: &Layout,
+        bias: Option<(&Storage, &Layout)>,
+        act: Epilogue,
+    ) -> Result<Storage> {
+        let mismatch =
+            |other: &Storage| Error::DeviceMismatch { op: "linear", lhs: self.device(), rhs: other.device() };
+        // The bias as the same backend's storage as `x`, via `pick`.
+        fn typed<'a, T>(
+            bias: Option<(&'a Storage, &'a Layout)>,
+            pick: fn(&Storage) -> Option<&T>,
+            mismatch: impl Fn(&Storage) -> Error,
+        ) -> Result<Option<(&'a T, &'a Layout)>> {
+            bias.map(|(b, bl)| pick(b).map(|b| (b, bl)).ok_or_else(|| mismatch(b))).transpose()
+        }
+        Ok(match (self, w) {
+            (Storage::Cpu(x), Storage::Cpu(w)) => {
+                let b = typed(bias, |s| if let Storage::Cpu(s) = s { Some(s) } else { None }, mismatch)?;
+                Storage::Cpu(x.linear(l, w, wl, b, act)?)
+            }
+            (Storage::Cuda(x), Storage::Cuda(w)) => {
+                let b = typed(bias, |s| if let Storage::Cuda(s) = s { Some(s) } else { None }, mismatch)?;
+                Storage::Cuda(x.linear(l, w, wl, b, act)?)
+            }
+            (Storage::Wgpu(x), Storage::Wgpu(w)) => {
+                let b = typed(bias, |s| if let Storage::Wgpu(s) = s { Some(s) } else { None }, mismatch)?;
+                Storage::Wgpu(x.linear(l, w, wl, b, act)?)
+            }
+            (_, w) => return Err(mismatch(w)),
+        })
     }
 
     pub fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Storage> {

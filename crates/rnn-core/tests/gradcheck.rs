@@ -15,7 +15,7 @@ use common::{floats, max_rel_err, tol_on, values, widest_float};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rnn_core::op::{BinaryOp, UnaryOp};
-use rnn_core::{no_grad, DType, Device, GradStore, NoGradGuard, Result, Tensor};
+use rnn_core::{no_grad, DType, Device, Epilogue, GradStore, NoGradGuard, Result, Tensor};
 
 const H: f64 = 1e-6;
 const TOL: f64 = 1e-5;
@@ -451,6 +451,21 @@ fn matmul_cases() -> Vec<Case> {
         m(inp(&[3, 4]).t(), inp(&[4, 5]).t(), "transposed @ transposed"),
         m(inp(&[3, 4]).narrowed(), inp(&[4, 5]).t(), "narrowed @ transposed"),
         m(inp(&[2, 3, 4]).t(), inp(&[2, 4, 5]).narrowed(), "batched transposed @ narrowed"),
+        case("linear, bias", vec![inp(&[3, 4]), inp(&[5, 4]), inp(&[5])], |x| {
+            x[0].linear(&x[1], Some(&x[2]), Epilogue::None)
+        }),
+        case(
+            "linear relu, transposed x, narrowed w",
+            vec![inp(&[3, 4]).t(), inp(&[5, 4]).narrowed(), inp(&[5])],
+            |x| x[0].linear(&x[1], Some(&x[2]), Epilogue::Relu),
+        ),
+        case("linear gelu, transposed w", vec![inp(&[6, 4]), inp(&[5, 4]).t(), inp(&[5])], |x| {
+            x[0].linear(&x[1], Some(&x[2]), Epilogue::Gelu)
+        }),
+        case("linear gelu, no bias", vec![inp(&[2, 3]), inp(&[4, 3])], |x| x[0].linear(&x[1], None, Epilogue::Gelu)),
+        case("linear relu, no bias", vec![inp(&[2, 3]).narrowed(), inp(&[4, 3])], |x| {
+            x[0].linear(&x[1], None, Epilogue::Relu)
+        }),
     ]
 }
 

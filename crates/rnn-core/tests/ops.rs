@@ -12,7 +12,7 @@ use half::{bf16, f16};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rnn_core::op::{BinaryOp, CmpOp, UnaryOp};
-use rnn_core::{manual_seed, DType, Device, Result, Tensor};
+use rnn_core::{manual_seed, DType, Device, Epilogue, Result, Tensor};
 
 fn rng(seed: u64) -> StdRng {
     StdRng::seed_from_u64(seed)
@@ -717,6 +717,75 @@ fn matmul(device: Device) -> Result<()> {
     Ok(())
 }
 test_device!(matmul_test, matmul);
+
+/// `act(x @ wᵀ + b)` on the host in f64.
+fn linear_ref(x: &Tensor, w: &Tensor, b: Option<&Tensor>, act: Epilogue) -> Result<(Vec<usize>, Vec<f64>)> {
+    let (od, mut z) = matmul_ref(&values(x), x.dims(), &values(&w.t()?), &[w.dims()[1], w.dims()[0]]);
+    let n = od[1];
+    if let Some(b) = b {
+        let b = values(b);
+        z.iter_mut().enumerate().for_each(|(i, v)| *v += b[i % n]);
+    }
+    let gelu = |v: f64| 0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh());
+    let f = |v: f64| match act {
+        Epilogue::None => v,
+        Epilogue::Relu => v.max(0.0),
+        Epilogue::Gelu => gelu(v),
+    };
+    Ok((od, z.into_iter().map(f).collect()))
+}
+
+fn check_linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, tol: f64, what: &str) -> Result<()> {
+    for &act in Epilogue::ALL {
+        let (od, want) = linear_ref(x, w, b, act)?;
+        let what = format!("linear {act:?} {what} {:?} x {:?} ({})", x.dims(), w.dims(), x.dtype());
+        check_close(&what, &x.linear(w, b, act)?, &od, &want, tol);
+    }
+    Ok(())
+}
+
+fn linear(device: Device) -> Result<()> {
+    let mut r = rng(17);
+    for dtype in floats(device) {
+        let t = 4.0 * tol(dtype);
+        let mut m = |dims: &[usize]| randn(&mut r, dims, dtype, device);
+        let (x, w, b) = (m(&[5, 7])?, m(&[3, 7])?, m(&[3])?);
+        check_linear(&x, &w, Some(&b), t, "")?;
+        check_linear(&x, &w, None, t, "no bias")?;
+        let (xt, wn, bn) = (m(&[7, 5])?.t()?, m(&[3, 9])?.narrow(1, 1, 7)?, m(&[8])?.narrow(0, 4, 3)?);
+        check_linear(&xt, &wn, Some(&bn), t, "transposed x, narrowed w and b")?;
+        let (wt, bs) = (m(&[7, 3])?.t()?, m(&[3, 2])?.narrow(1, 1, 1)?.squeeze(1)?);
+        check_linear(&x, &wt, Some(&bs), t, "transposed w, strided b")?;
+        check_linear(&m(&[0, 7])?, &w, Some(&b), t, "no rows")?;
+        check_linear(&m(&[5, 0])?, &m(&[3, 0])?, Some(&b), t, "k = 0")?;
+    }
+    let mut m = |dims: &[usize]| randn(&mut r, dims, DType::F32, device);
+    let (x, w, b) = (m(&[67, 300])?, m(&[129, 300])?, m(&[129])?);
+    check_linear(&x, &w, Some(&b), 1e-4, "big")?;
+    linear_errors(device)
+}
+test_device!(linear_test, linear);
+
+fn linear_errors(device: Device) -> Result<()> {
+    let x = Tensor::ones((2, 3), DType::F32, device)?;
+    let w = Tensor::ones((4, 3), DType::F32, device)?;
+    let b = Tensor::ones(4, DType::F32, device)?;
+    let relu = Epilogue::Relu;
+    assert!(x.linear(&w.t()?, None, relu).is_err(), "in features 3 against 4");
+    assert!(x.linear(&w, Some(&x), relu).is_err(), "2-D bias");
+    assert!(x.linear(&w, Some(&b.narrow(0, 0, 3)?), relu).is_err(), "bias of 3 for 4 outputs");
+    assert!(x.reshape(6)?.linear(&w, None, relu).is_err(), "1-D input");
+    assert!(x.unsqueeze(0)?.linear(&w, None, relu).is_err(), "3-D input");
+    let other = other_dtype(device, DType::F32);
+    assert!(x.linear(&w.to_dtype(other)?, None, relu).is_err(), "mixed dtypes");
+    assert!(x.linear(&w, Some(&b.to_dtype(other)?), relu).is_err(), "mixed bias dtype");
+    if device != Device::Cpu {
+        let on_cpu = |t: &Tensor| t.to_device(Device::Cpu);
+        assert!(x.linear(&on_cpu(&w)?, None, relu).is_err(), "weight on another device");
+        assert!(x.linear(&w, Some(&on_cpu(&b)?), relu).is_err(), "bias on another device");
+    }
+    Ok(())
+}
 
 // ---------------------------------------------------------------- index ops
 

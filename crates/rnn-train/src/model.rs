@@ -1,6 +1,6 @@
 //! Turns a list of `LayerBuilder`s into modules: one `Block` (layer + activation) each.
 
-use rnn_core::{DType, Result, Tensor};
+use rnn_core::{DType, Epilogue, Result, Tensor};
 use rnn_nn::{
     Activation, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Conv2dConfig, Dropout, Embedding, Flatten, Gru, LayerNorm,
     Linear, Lstm, MaxPool2d, Module, Pool2dConfig, RecurrentConfig, Rnn, RnnNonlinearity, VarBuilder,
@@ -27,8 +27,7 @@ impl Model {
         let (mut blocks, mut shapes) = (Vec::new(), Vec::new());
         for (i, spec) in specs.iter().enumerate() {
             let out = output_shape(i, spec, &shape)?;
-            let layer = build_layer(i, spec, &shape, vb)?;
-            blocks.push(Block { layer, activation: spec.activation.to_activation() });
+            blocks.push(build_block(i, spec, &shape, vb)?);
             shapes.push(out.clone());
             shape = out;
         }
@@ -67,13 +66,27 @@ impl Model {
     }
 }
 
+/// The layer and its activation. A dense layer's ReLU or GELU is fused into the layer
+/// (`Linear::with_activation`), so on CUDA it runs inside the product.
+fn build_block(i: usize, spec: &LayerBuilder, input: &[usize], vb: &mut VarBuilder) -> Result<Block> {
+    let activation = spec.activation.to_activation();
+    let fused = match activation {
+        Activation::Relu => Epilogue::Relu,
+        Activation::Gelu => Epilogue::Gelu,
+        _ => Epilogue::None,
+    };
+    if let (LayerKind::Dense { units }, false) = (&spec.kind, fused == Epilogue::None) {
+        let linear = dense(input, *units, spec, vb)?.with_activation(fused);
+        return Ok(Block { layer: Box::new(linear), activation: Activation::Identity });
+    }
+    Ok(Block { layer: build_layer(i, spec, input, vb)?, activation })
+}
+
 fn build_layer(i: usize, spec: &LayerBuilder, input: &[usize], vb: &mut VarBuilder) -> Result<Box<dyn Module>> {
     let features = input.last().copied().unwrap_or(0);
     let channels = input.first().copied().unwrap_or(0);
     Ok(match &spec.kind {
-        LayerKind::Dense { units } => {
-            Box::new(Linear::with_init(features, *units, rnn_nn::Init::FanInUniform, spec.use_bias, vb)?)
-        }
+        LayerKind::Dense { units } => Box::new(dense(input, *units, spec, vb)?),
         LayerKind::Conv2d { filters, kernel } => {
             let (s, p, d) = (spec.stride.unwrap_or(1), spec.padding, spec.dilation);
             let cfg = Conv2dConfig {
@@ -102,6 +115,12 @@ fn build_layer(i: usize, spec: &LayerBuilder, input: &[usize], vb: &mut VarBuild
         LayerKind::Gru { units } => recurrent(spec, Gru::new(features, *units, rec_cfg(spec), vb)?),
         LayerKind::Embedding { vocab, dim } => Box::new(TokenEmbedding(Embedding::new(*vocab, *dim, vb)?)),
     })
+}
+
+/// A dense layer over the last dim of `input`, with Keras' and PyTorch's fan-in init.
+fn dense(input: &[usize], units: usize, spec: &LayerBuilder, vb: &mut VarBuilder) -> Result<Linear> {
+    let features = input.last().copied().unwrap_or(0);
+    Linear::with_init(features, units, rnn_nn::Init::FanInUniform, spec.use_bias, vb)
 }
 
 fn pool_cfg(spec: &LayerBuilder) -> Pool2dConfig {

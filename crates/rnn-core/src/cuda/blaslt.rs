@@ -17,8 +17,8 @@ use cudarc::cublaslt::sys;
 
 use super::context::{driver_err, CudaDevice};
 use super::libs;
-use super::matmul::Epilogue;
 use super::pool::{alloc, PooledBuffer};
+use crate::op::Epilogue;
 use crate::{DType, Error, Result};
 
 /// One operand as cuBLASLt reads it: a column-major `rows x cols` matrix with leading

@@ -25,7 +25,6 @@ mod window;
 
 pub use compile::{cache_entry, cache_file, compile_ptx, compile_ptx_uncached, disk_cached_ptx, nvrtc_version};
 pub use context::device_count;
-pub use matmul::{matmul_bias_act, Epilogue};
 pub use profile::{record_timing_event, CudaTimingEvent};
 pub use storage::CudaStorage;
 pub use user_kernel::{compile_user_kernel, launch_user_kernel, UserKernelArg};

@@ -9,7 +9,7 @@ use super::context::{device, driver_err, CudaDevice};
 use super::pool::{alloc, PooledBuffer};
 use super::{elementwise, index, matmul, reduce, window};
 use crate::cpu::CpuStorage;
-use crate::op::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use crate::op::{BinaryOp, CmpOp, Epilogue, ReduceOp, UnaryOp};
 use crate::storage::BackendStorage;
 use crate::window::Window2d;
 use crate::{DType, Device, Error, Layout, Result};
@@ -160,5 +160,8 @@ impl BackendStorage for CudaStorage {
     }
     fn fold2d(&self, l: &Layout, out_hw: (usize, usize), w: &Window2d) -> Result<Self> {
         window::fold2d(self, l, out_hw, w)
+    }
+    fn linear(&self, l: &Layout, w: &Self, wl: &Layout, bias: Option<(&Self, &Layout)>, act: Epilogue) -> Result<Self> {
+        matmul::linear(self, l, w, wl, bias, act)
     }
 }

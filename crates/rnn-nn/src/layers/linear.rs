@@ -1,12 +1,14 @@
-//! Dense / Linear: y = x Wᵀ + b, with W stored `[out, in]` as in PyTorch.
+//! Dense / Linear: y = x Wᵀ + b, with W stored `[out, in]` as in PyTorch; optionally with a
+//! fused ReLU or GELU (`Tensor::linear`: one cuBLASLt call with an epilogue on CUDA).
 
-use rnn_core::{Result, Tensor};
+use rnn_core::{Epilogue, Result, Tensor};
 
 use crate::{Init, Module, VarBuilder};
 
 pub struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
+    activation: Epilogue,
 }
 
 /// Keras' name for the same layer.
@@ -34,12 +36,22 @@ impl Linear {
             true => Some(vb.var_with_fan_in(&[out_features], Init::FanInUniform, in_features)?),
             false => None,
         };
-        Ok(Linear { weight, bias })
+        Ok(Linear { weight, bias, activation: Epilogue::None })
     }
 
     /// A layer from existing tensors: weight `[out, in]`, bias `[out]`.
     pub fn from_tensors(weight: Tensor, bias: Option<Tensor>) -> Self {
-        Linear { weight, bias }
+        Linear { weight, bias, activation: Epilogue::None }
+    }
+
+    /// The same layer followed by `activation`, fused into its forward: `act(x Wᵀ + b)`
+    /// without a separate activation pass (same values and gradients as applying it after).
+    pub fn with_activation(self, activation: Epilogue) -> Self {
+        Linear { activation, ..self }
+    }
+
+    pub fn activation(&self) -> Epilogue {
+        self.activation
     }
 
     pub fn weight(&self) -> &Tensor {
@@ -59,10 +71,7 @@ impl Module for Linear {
             2 => xs.clone(),
             _ => xs.reshape(((dims.iter().rev().skip(1).product::<usize>()), *dims.last().unwrap_or(&0)))?,
         };
-        let mut y = x2.matmul(&self.weight.t()?)?;
-        if let Some(b) = &self.bias {
-            y = y.add(b)?;
-        }
+        let y = x2.linear(&self.weight, self.bias.as_ref(), self.activation)?;
         match dims.len() {
             2 => Ok(y),
             _ => {

@@ -27,8 +27,11 @@ pub mod fused_update;
 pub mod gpu_memory;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod gpu_pool;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod gpu_shared;
 mod grad_fns;
 pub mod gradcheck;
+mod kernel_arg;
 mod layout;
 mod ndarray_conv;
 pub mod num;
@@ -49,6 +52,7 @@ pub use backprop::{no_grad, GradStore, NoGradGuard};
 pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
+pub use kernel_arg::KernelArg;
 pub use layout::Layout;
 pub use op::Epilogue;
 pub use random::manual_seed;

@@ -41,17 +41,31 @@ pub trait BackendStorage: Sized {
     /// Linear layer's forward, into a contiguous `[m, n]`. The default composes matmul, add
     /// and the activation; a backend with a fused kernel overrides it.
     fn linear(&self, l: &Layout, w: &Self, wl: &Layout, bias: Option<(&Self, &Layout)>, act: Epilogue) -> Result<Self> {
-        let out = Layout::contiguous(vec![l.dims()[0], wl.dims()[0]]);
-        let mut y = self.matmul(l, w, &wl.transpose(0, 1)?)?;
-        if let Some((b, bl)) = bias {
+        let y = self.matmul(l, w, &wl.transpose(0, 1)?)?;
+        add_bias_act(y, (l.dims()[0], wl.dims()[0]), bias, act)
+    }
+}
+
+/// `act(y + bias)` for a contiguous `[rows, n]` `y` and a bias of `n` elements, with
+/// elementwise ops: the tail of `BackendStorage::linear` where it is not fused.
+pub(crate) fn add_bias_act<S: BackendStorage>(
+    y: S,
+    (rows, n): (usize, usize),
+    bias: Option<(&S, &Layout)>,
+    act: Epilogue,
+) -> Result<S> {
+    let out = Layout::contiguous(vec![rows, n]);
+    let y = match bias {
+        Some((b, bl)) => {
             // Every row reads the same bias vector.
-            let rows = Layout::new(out.shape().clone(), vec![0, bl.strides()[0]], bl.start_offset());
-            y = y.binary(&out, b, &rows, BinaryOp::Add)?;
+            let rows_of_bias = Layout::new(out.shape().clone(), vec![0, bl.strides()[0]], bl.start_offset());
+            y.binary(&out, b, &rows_of_bias, BinaryOp::Add)?
         }
-        match act.unary() {
-            Some(op) => y.unary(&out, op),
-            None => Ok(y),
-        }
+        None => y,
+    };
+    match act.unary() {
+        Some(op) => y.unary(&out, op),
+        None => Ok(y),
     }
 }
 

@@ -217,7 +217,7 @@ fn cuda_user_kernels() -> rnn::Result<()> {
         {
             assert!(matches!(compiled, Err(Error::DeviceNotAvailable(_))), "{compiled:?}");
             let t = Tensor::zeros(4, DType::F32, Device::Cpu)?;
-            let args = [rnn::cuda::UserKernelArg::Output(&t), rnn::cuda::UserKernelArg::U32(4)];
+            let args = [rnn::KernelArg::Output(&t), rnn::KernelArg::U32(4)];
             let launched = rnn::cuda::launch_user_kernel(0, CUDA_ADD, "vector_add", &args, (1, 1, 1), (32, 1, 1), 0);
             assert!(matches!(launched, Err(Error::DeviceNotAvailable(_))), "{launched:?}");
             assert!(matches!(rnn::cuda::record_timing_event(0), Err(Error::DeviceNotAvailable(_))));

@@ -43,6 +43,7 @@ fn basic_gpu_usage() -> rnn::Result<()> {
 }
 
 #[test]
+#[allow(clippy::field_reassign_with_default)] // as the guide writes it
 fn gpu_accelerated_network() -> rnn::Result<()> {
     // Create network (will automatically use GPU if available)
     let mut network = Network::with_input_size(784)?

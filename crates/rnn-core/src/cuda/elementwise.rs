@@ -54,37 +54,11 @@ fn copy_source(from: DType, to: DType, [index_x, index_out]: [&str; 2]) -> Strin
 }
 
 /// Writes `src` (seen through `l`) converted to `out`'s dtype into `out` seen through `ol`.
-fn copy_into(src: &CudaStorage, l: &Layout, out: &CudaStorage, ol: &Layout) -> Result<()> {
+pub(crate) fn copy_into(src: &CudaStorage, l: &Layout, out: &CudaStorage, ol: &Layout) -> Result<()> {
     let n = l.shape().elem_count();
     let words = info("copy", &[n], &[l, ol])?;
     let source = copy_source(src.dtype(), out.dtype(), [index_fn(l), index_fn(ol)]);
     src.dev().launch(&source, &words, &[src.slice(), out.slice()], Grid::Threads(n))
-}
-
-/// A contiguous copy of `src` seen through `l`, converted to `dtype`.
-pub(crate) fn copy(src: &CudaStorage, l: &Layout, dtype: DType) -> Result<CudaStorage> {
-    let out = src.alloc_like(dtype, l.shape().elem_count())?;
-    copy_into(src, l, &out, &Layout::contiguous(l.shape().clone()))?;
-    Ok(out)
-}
-
-/// The parts laid side by side along `dim` (same dtype, same other dims).
-pub(crate) fn cat(parts: &[(&CudaStorage, &Layout)], dim: usize) -> Result<CudaStorage> {
-    let (first, fl) = parts.first().ok_or_else(|| Error::invalid("cat", "no tensors given"))?;
-    let mut dims = fl.dims().to_vec();
-    dims[dim] = parts.iter().map(|(_, l)| l.dims()[dim]).sum();
-    let out_layout = Layout::contiguous(dims);
-    let out = first.alloc_like(first.dtype(), out_layout.shape().elem_count())?;
-    let mut offset = 0;
-    for (s, l) in parts {
-        if s.dtype() != first.dtype() {
-            return Err(Error::DTypeMismatch { op: "cat", lhs: first.dtype(), rhs: s.dtype() });
-        }
-        let len = l.dims()[dim];
-        copy_into(s, l, &out, &out_layout.narrow(dim, offset, len)?)?;
-        offset += len;
-    }
-    Ok(out)
 }
 
 fn unary_source(op: UnaryOp, dtype: DType, index_x: &str) -> String {

@@ -99,15 +99,7 @@ pub(crate) fn index_select(
     il: &Layout,
     dim: usize,
 ) -> Result<CudaStorage> {
-    let (&[m], &[stride]) = (il.dims(), il.strides()) else {
-        return Err(Error::invalid("index_select", format!("ids of shape {:?} are not 1-D", il.dims())));
-    };
-    // The ids broadcast to the output's shape: position (o, j, k) reads ids[j].
-    let mut dims = l.dims().to_vec();
-    dims[dim] = m;
-    let mut strides = vec![0; dims.len()];
-    strides[dim] = stride;
-    let read = Layout::new(dims.into(), strides, il.start_offset());
+    let read = crate::gpu_shared::index_select_ids(l, il, dim)?;
     gather_with("index_select", (x, l), ids, &read, Some(il), dim)
 }
 
@@ -138,7 +130,7 @@ pub(crate) fn scatter_add(
     let size = l.dims()[dim];
     let (_, m, inner) = split_at(il.dims(), dim);
     let n = il.shape().elem_count();
-    let out = elementwise::copy(x, l, x.dtype())?;
+    let out = crate::gpu_shared::copy(x, l, x.dtype())?;
     if n == 0 {
         return Ok(out);
     }

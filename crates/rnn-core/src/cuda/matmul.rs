@@ -17,9 +17,9 @@ use cudarc::driver::DevicePtr;
 
 use super::blaslt::{self, Gemm, Matrix, Outcome};
 use super::storage::CudaStorage;
-use crate::op::{BinaryOp, Epilogue};
-use crate::storage::BackendStorage;
-use crate::{DType, Error, Layout, Result, Shape};
+use crate::op::Epilogue;
+use crate::storage::{add_bias_act, BackendStorage};
+use crate::{DType, Error, Layout, Result};
 
 /// The stride stepping through `dims` in row-major order when it exists: every dim of size
 /// above 1 steps by the next inner one's stride times its size (0 for broadcast dims). Some(0)
@@ -191,8 +191,7 @@ pub(crate) fn linear(
     let (m, n) = (xl.dims()[0], wl.dims()[0]);
     let wt = wl.transpose(0, 1)?;
     let Some((bias, bl)) = bias.filter(|_| m * n > 0 && xl.dims()[1] > 0) else {
-        let y = matmul(x, xl, w, &wt)?;
-        return add_bias_act(&y, m, n, bias, act);
+        return add_bias_act(matmul(x, xl, w, &wt)?, (m, n), bias, act);
     };
     check_operands(x, xl, w, &wt)?;
     check_float("linear", x, bias)?;
@@ -213,30 +212,8 @@ pub(crate) fn linear(
         Outcome::EpilogueUnsupported => {
             gemm.epilogue = None;
             blaslt::run(x.dev(), &gemm)?;
-            add_bias_act(&out, m, n, Some((&bias, &bl)), act)
+            add_bias_act(out, (m, n), Some((&bias, &bl)), act)
         }
-    }
-}
-
-/// `act(y + bias)` for a contiguous `[rows, n]` `y`, with elementwise kernels.
-fn add_bias_act(
-    y: &CudaStorage,
-    rows: usize,
-    n: usize,
-    bias: Option<(&CudaStorage, &Layout)>,
-    act: Epilogue,
-) -> Result<CudaStorage> {
-    let yl = Layout::contiguous(vec![rows, n]);
-    let sum = match bias {
-        Some((b, bl)) => {
-            let rows_of_bias = Layout::new(Shape::from(vec![rows, n]), vec![0, bl.strides()[0]], bl.start_offset());
-            y.binary(&yl, b, &rows_of_bias, BinaryOp::Add)?
-        }
-        None => y.clone(),
-    };
-    match act.unary() {
-        Some(op) => sum.unary(&yl, op),
-        None => Ok(sum),
     }
 }
 

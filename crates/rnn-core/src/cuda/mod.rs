@@ -27,7 +27,7 @@ pub use compile::{cache_entry, cache_file, compile_ptx, compile_ptx_uncached, di
 pub use context::device_count;
 pub use profile::{record_timing_event, CudaTimingEvent};
 pub use storage::CudaStorage;
-pub use user_kernel::{compile_user_kernel, launch_user_kernel, UserKernelArg};
+pub use user_kernel::{compile_user_kernel, launch_user_kernel};
 
 /// What the driver reports about one CUDA device.
 #[derive(Clone, Debug, PartialEq, Eq)]

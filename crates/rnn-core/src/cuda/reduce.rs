@@ -47,32 +47,11 @@ enum Mode {
 /// Every reduction, for `variants`.
 const OPS: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::ArgMax, ReduceOp::ArgMin];
 
-/// (dims, strides) with size-1 dims dropped and each dim merged into the one before it when
-/// the two step through storage as one dim (row-major order is kept).
-fn merge_dims(dims_strides: impl Iterator<Item = (usize, usize)>) -> (Vec<usize>, Vec<usize>) {
-    let (mut dims, mut strides) = (Vec::new(), Vec::<usize>::new());
-    for (d, s) in dims_strides.filter(|&(d, _)| d != 1) {
-        match (dims.last_mut(), strides.last_mut()) {
-            (Some(pd), Some(ps)) if *ps == d * s => {
-                *pd *= d;
-                *ps = s;
-            }
-            _ => {
-                dims.push(d);
-                strides.push(s);
-            }
-        }
-    }
-    (dims, strides)
-}
-
 /// The layouts of the dims of `l` not in `dims` (with `l`'s start offset) and of `dims`
 /// (sorted; start 0), each merged, with the number of outputs (the kept dims' product, 1
 /// when none) and of elements each output reduces.
 fn split_layouts(l: &Layout, dims: &[usize]) -> (Layout, Layout, usize, usize) {
-    let kept: Vec<usize> = (0..l.dims().len()).filter(|d| !dims.contains(d)).collect();
-    let part = |ds: &[usize]| merge_dims(ds.iter().map(|&d| (l.dims()[d], l.strides()[d])));
-    let ((kept_dims, kept_strides), (red_dims, red_strides)) = (part(&kept), part(dims));
+    let ((kept_dims, kept_strides), (red_dims, red_strides)) = crate::gpu_shared::kept_and_reduced(l, dims);
     let (outer, r) = (kept_dims.iter().product(), red_dims.iter().product());
     let kept = Layout::new(kept_dims.into(), kept_strides, l.start_offset());
     (kept, Layout::new(red_dims.into(), red_strides, 0), outer, r)

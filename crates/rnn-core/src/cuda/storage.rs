@@ -10,7 +10,7 @@ use super::pool::{alloc, PooledBuffer};
 use super::{elementwise, index, matmul, reduce, window};
 use crate::cpu::CpuStorage;
 use crate::op::{BinaryOp, CmpOp, Epilogue, ReduceOp, UnaryOp};
-use crate::storage::BackendStorage;
+use crate::storage::{BackendStorage, Storage};
 use crate::window::Window2d;
 use crate::{DType, Device, Error, Layout, Result};
 
@@ -116,52 +116,26 @@ impl BackendStorage for CudaStorage {
     fn full(value: f64, n: usize, dtype: DType, ordinal: usize) -> Result<Self> {
         elementwise::fill(&device(ordinal)?, value, n, dtype)
     }
-    fn unary(&self, l: &Layout, op: UnaryOp) -> Result<Self> {
-        elementwise::unary(self, l, op)
-    }
-    fn binary(&self, l: &Layout, rhs: &Self, rl: &Layout, op: BinaryOp) -> Result<Self> {
-        elementwise::binary(self, l, rhs, rl, op)
-    }
-    fn cmp(&self, l: &Layout, rhs: &Self, rl: &Layout, op: CmpOp) -> Result<Self> {
-        elementwise::cmp(self, l, rhs, rl, op)
-    }
-    fn where_cond(&self, l: &Layout, t: &Self, tl: &Layout, f: &Self, fl: &Layout) -> Result<Self> {
-        elementwise::where_cond(self, l, t, tl, f, fl)
-    }
-    fn reduce(&self, l: &Layout, op: ReduceOp, dims: &[usize]) -> Result<Self> {
-        reduce::reduce(self, l, op, dims)
-    }
-    fn softmax_last_dim(&self, l: &Layout, log: bool) -> Result<Self> {
-        reduce::softmax_last_dim(self, l, log)
-    }
-    fn matmul(&self, l: &Layout, rhs: &Self, rl: &Layout) -> Result<Self> {
-        matmul::matmul(self, l, rhs, rl)
-    }
-    fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Self> {
-        elementwise::copy(self, l, dtype)
-    }
-    fn copy_strided(&self, l: &Layout) -> Result<Self> {
-        elementwise::copy(self, l, self.dtype)
-    }
-    fn cat(parts: &[(&Self, &Layout)], dim: usize) -> Result<Self> {
-        elementwise::cat(parts, dim)
-    }
-    fn index_select(&self, l: &Layout, ids: &Self, il: &Layout, dim: usize) -> Result<Self> {
-        index::index_select(self, l, ids, il, dim)
-    }
-    fn gather(&self, l: &Layout, ids: &Self, il: &Layout, dim: usize) -> Result<Self> {
-        index::gather(self, l, ids, il, dim)
-    }
-    fn scatter_add(&self, l: &Layout, ids: &Self, il: &Layout, src: &Self, sl: &Layout, dim: usize) -> Result<Self> {
-        index::scatter_add(self, l, ids, il, src, sl, dim)
-    }
-    fn unfold2d(&self, l: &Layout, w: &Window2d, pad_value: f64) -> Result<Self> {
-        window::unfold2d(self, l, w, pad_value)
-    }
-    fn fold2d(&self, l: &Layout, out_hw: (usize, usize), w: &Window2d) -> Result<Self> {
-        window::fold2d(self, l, out_hw, w)
-    }
+    crate::gpu_shared::forward_gpu_ops!();
     fn linear(&self, l: &Layout, w: &Self, wl: &Layout, bias: Option<(&Self, &Layout)>, act: Epilogue) -> Result<Self> {
         matmul::linear(self, l, w, wl, bias, act)
+    }
+}
+
+impl crate::gpu_shared::GpuStorage for CudaStorage {
+    fn elem_len(&self) -> usize {
+        self.len()
+    }
+    fn alloc_same_device(&self, dtype: DType, len: usize) -> Result<Self> {
+        self.alloc_like(dtype, len)
+    }
+    fn copy_to(&self, l: &Layout, out: &Self, ol: &Layout) -> Result<()> {
+        elementwise::copy_into(self, l, out, ol)
+    }
+    fn of(s: &Storage) -> Option<&Self> {
+        match s {
+            Storage::Cuda(s) => Some(s),
+            _ => None,
+        }
     }
 }

@@ -19,66 +19,16 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::context::{device, driver_err};
 use super::storage::CudaStorage;
-use crate::storage::Storage;
-use crate::{Device, Error, Result, Tensor};
+use crate::gpu_shared::bound_storage;
+use crate::{Device, Error, KernelArg, Result};
 
 const OP: &str = "user kernel";
-
-/// One argument of a user kernel.
-#[derive(Clone, Copy, Debug)]
-pub enum UserKernelArg<'a> {
-    /// A tensor the kernel reads. A view that does not start at the beginning of its storage
-    /// or is not contiguous is passed as a contiguous copy.
-    Input(&'a Tensor),
-    /// A tensor the kernel writes: a whole contiguous tensor created for the purpose (e.g.
-    /// with `Tensor::zeros`), never a view or the result of an op recorded for gradients.
-    /// Every tensor sharing its storage sees the writes.
-    Output(&'a Tensor),
-    U32(u32),
-    I32(i32),
-    F32(f32),
-}
 
 /// Compiles the kernel `entry` of the CUDA C `source` for `cuda:ordinal` and loads it
 /// (cached), returning NVRTC's log when it does not compile. Without a CUDA driver this is
 /// `Error::DeviceNotAvailable`.
 pub fn compile_user_kernel(ordinal: usize, source: &str, entry: &str) -> Result<()> {
     device(ordinal)?.function(source, entry).map(|_| ())
-}
-
-/// The storage a tensor argument points at: the tensor's own for outputs and for inputs
-/// that cover their storage from its start, else a contiguous copy.
-fn bound_storage(t: &Tensor, output: bool, ordinal: usize) -> Result<CudaStorage> {
-    if t.device() != Device::Cuda(ordinal) {
-        return Err(Error::DeviceMismatch { op: OP, lhs: Device::Cuda(ordinal), rhs: t.device() });
-    }
-    let n = t.elem_count();
-    if n == 0 {
-        return Err(Error::EmptyTensor { op: OP, shape: t.shape().clone() });
-    }
-    let storage = t.storage();
-    let Storage::Cuda(s) = &*storage else {
-        return Err(Error::DeviceMismatch { op: OP, lhs: Device::Cuda(ordinal), rhs: storage.device() });
-    };
-    let whole = t.layout().contiguous_offsets() == Some((0, n));
-    if output {
-        if !whole || s.len() != n {
-            let msg = "an output must be a whole contiguous tensor (e.g. from Tensor::zeros), not a view";
-            return Err(Error::invalid(OP, msg));
-        }
-        if t.op().is_some() {
-            let msg = "an output must not be the result of an op recorded for gradients (write a fresh tensor)";
-            return Err(Error::invalid(OP, msg));
-        }
-        return Ok(s.clone());
-    }
-    if whole {
-        return Ok(s.clone());
-    }
-    match storage.copy_strided(t.layout())? {
-        Storage::Cuda(copy) => Ok(copy),
-        other => Err(Error::DeviceMismatch { op: OP, lhs: Device::Cuda(ordinal), rhs: other.device() }),
-    }
 }
 
 /// One kernel parameter, owned until the launch.
@@ -97,7 +47,7 @@ pub fn launch_user_kernel(
     ordinal: usize,
     source: &str,
     entry: &str,
-    args: &[UserKernelArg<'_>],
+    args: &[KernelArg<'_>],
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
     shared_mem_bytes: u32,
@@ -107,13 +57,17 @@ pub fn launch_user_kernel(
     let mut params = Vec::with_capacity(args.len());
     for arg in args {
         params.push(match *arg {
-            UserKernelArg::Input(t) | UserKernelArg::Output(t) => {
-                storages.push(bound_storage(t, matches!(arg, UserKernelArg::Output(_)), ordinal)?);
+            KernelArg::Input(t) | KernelArg::Output(t) => {
+                storages.push(bound_storage::<CudaStorage>(
+                    t,
+                    matches!(arg, KernelArg::Output(_)),
+                    Device::Cuda(ordinal),
+                )?);
                 Param::Buffer(storages.len() - 1)
             }
-            UserKernelArg::U32(v) => Param::U32(v),
-            UserKernelArg::I32(v) => Param::I32(v),
-            UserKernelArg::F32(v) => Param::F32(v),
+            KernelArg::U32(v) => Param::U32(v),
+            KernelArg::I32(v) => Param::I32(v),
+            KernelArg::F32(v) => Param::F32(v),
         });
     }
     let dims = [grid.0, grid.1, grid.2, block.0, block.1, block.2];

@@ -36,7 +36,7 @@ fn fill_range(value: f64) -> Error {
 }
 
 /// Writes `src` (seen through `l`) converted to `out`'s dtype into `out` seen through `ol`.
-fn copy_into(src: &WgpuStorage, l: &Layout, out: &WgpuStorage, ol: &Layout) -> Result<()> {
+pub(crate) fn copy_into(src: &WgpuStorage, l: &Layout, out: &WgpuStorage, ol: &Layout) -> Result<()> {
     let (from, to) = (src.wgsl_type("copy")?, out.wgsl_type("copy")?);
     let convert = convert_expr(src.dtype(), out.dtype(), to);
     let f16 = src.is_f16() || out.is_f16();
@@ -44,33 +44,6 @@ fn copy_into(src: &WgpuStorage, l: &Layout, out: &WgpuStorage, ol: &Layout) -> R
     let source = kernel_source(wgsl::COPY, &subs, f16);
     let n = l.shape().elem_count();
     src.ctx().launch(&source, &info("copy", &[n], &[l, ol])?, &[src.buffer(), out.buffer()], Grid::Threads(n))
-}
-
-/// A contiguous copy of `src` seen through `l`, converted to `dtype`.
-pub(crate) fn copy(src: &WgpuStorage, l: &Layout, dtype: DType) -> Result<WgpuStorage> {
-    let n = l.shape().elem_count();
-    let out = src.alloc_like(dtype, n)?;
-    copy_into(src, l, &out, &Layout::contiguous(l.shape().clone()))?;
-    Ok(out)
-}
-
-/// The parts laid side by side along `dim` (same dtype, same other dims).
-pub(crate) fn cat(parts: &[(&WgpuStorage, &Layout)], dim: usize) -> Result<WgpuStorage> {
-    let (first, fl) = parts.first().ok_or_else(|| Error::invalid("cat", "no tensors given"))?;
-    let mut dims = fl.dims().to_vec();
-    dims[dim] = parts.iter().map(|(_, l)| l.dims()[dim]).sum();
-    let out_layout = Layout::contiguous(dims);
-    let out = first.alloc_like(first.dtype(), out_layout.shape().elem_count())?;
-    let mut offset = 0;
-    for (s, l) in parts {
-        if s.dtype() != first.dtype() {
-            return Err(Error::DTypeMismatch { op: "cat", lhs: first.dtype(), rhs: s.dtype() });
-        }
-        let len = l.dims()[dim];
-        copy_into(s, l, &out, &out_layout.narrow(dim, offset, len)?)?;
-        offset += len;
-    }
-    Ok(out)
 }
 
 pub(crate) fn unary(x: &WgpuStorage, l: &Layout, op: UnaryOp) -> Result<WgpuStorage> {

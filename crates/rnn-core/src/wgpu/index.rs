@@ -5,7 +5,6 @@
 
 use rnn_kernels::wgsl;
 
-use super::elementwise;
 use super::launch::{info, kernel_source, Grid};
 use super::storage::WgpuStorage;
 use crate::cpu::strided::StridedIndex;
@@ -88,15 +87,7 @@ pub(crate) fn index_select(
     il: &Layout,
     dim: usize,
 ) -> Result<WgpuStorage> {
-    let (&[m], &[stride]) = (il.dims(), il.strides()) else {
-        return Err(Error::invalid("index_select", format!("ids of shape {:?} are not 1-D", il.dims())));
-    };
-    // The ids broadcast to the output's shape: position (o, j, k) reads ids[j].
-    let mut dims = l.dims().to_vec();
-    dims[dim] = m;
-    let mut strides = vec![0; dims.len()];
-    strides[dim] = stride;
-    let read = Layout::new(dims.into(), strides, il.start_offset());
+    let read = crate::gpu_shared::index_select_ids(l, il, dim)?;
     gather_with("index_select", (x, l), ids, &read, il, dim)
 }
 
@@ -135,7 +126,7 @@ pub(crate) fn scatter_add(
     let size = l.dims()[dim];
     let (_, m, inner) = split_at(il.dims(), dim);
     let n = il.shape().elem_count();
-    let out = elementwise::copy(x, l, x.dtype())?;
+    let out = crate::gpu_shared::copy(x, l, x.dtype())?;
     let flag = new_flag(x)?;
     let per_word = if x.is_f16() { "2u" } else { "1u" };
     let subs = [("T", t), ("K", k), ("add", add_expr(x.dtype())), ("per_word", per_word)];

@@ -23,7 +23,7 @@ mod window;
 pub use crate::gpu_memory::MemoryStats;
 pub use adapters::{adapters, best_ordinal, find_adapter, WgpuAdapterInfo};
 pub use storage::WgpuStorage;
-pub use user_kernel::{compile_user_kernel, launch_user_kernel, UserKernelArg};
+pub use user_kernel::{compile_user_kernel, launch_user_kernel};
 
 /// Memory statistics of the pool of wgpu device `ordinal` (an error if it cannot be opened).
 pub fn memory_stats(ordinal: usize) -> crate::Result<MemoryStats> {

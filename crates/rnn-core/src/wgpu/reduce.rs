@@ -19,31 +19,10 @@ use crate::{DType, Error, Layout, Result};
 /// workgroup per output.
 const PER_THREAD_MAX: usize = 32;
 
-/// (dims, strides) with size-1 dims dropped and each dim merged into the one before it when
-/// the two step through storage as one dim (row-major order is kept).
-fn merge_dims(dims_strides: impl Iterator<Item = (usize, usize)>) -> (Vec<usize>, Vec<usize>) {
-    let (mut dims, mut strides) = (Vec::new(), Vec::<usize>::new());
-    for (d, s) in dims_strides.filter(|&(d, _)| d != 1) {
-        match (dims.last_mut(), strides.last_mut()) {
-            (Some(pd), Some(ps)) if *ps == d * s => {
-                *pd *= d;
-                *ps = s;
-            }
-            _ => {
-                dims.push(d);
-                strides.push(s);
-            }
-        }
-    }
-    (dims, strides)
-}
-
 /// `l` seen with the dims not in `dims` first and `dims` (sorted) last, with the number of
 /// outputs (the kept dims' product, 1 when none) and of elements each output reduces.
 fn reduced_last(l: &Layout, dims: &[usize]) -> (Layout, usize, usize) {
-    let kept: Vec<usize> = (0..l.dims().len()).filter(|d| !dims.contains(d)).collect();
-    let part = |ds: &[usize]| merge_dims(ds.iter().map(|&d| (l.dims()[d], l.strides()[d])));
-    let ((mut all_dims, mut all_strides), (red_dims, red_strides)) = (part(&kept), part(dims));
+    let ((mut all_dims, mut all_strides), (red_dims, red_strides)) = crate::gpu_shared::kept_and_reduced(l, dims);
     let outer = all_dims.iter().product();
     let r = red_dims.iter().product();
     all_dims.extend(red_dims);

@@ -34,25 +34,11 @@ use ::wgpu::util::DeviceExt;
 use super::context::{context, WgpuContext};
 use super::dtype::stored_bytes;
 use super::storage::WgpuStorage;
-use crate::storage::{BackendStorage, Storage};
-use crate::{Device, Error, Result, Tensor};
+use crate::gpu_shared::bound_storage;
+use crate::storage::BackendStorage;
+use crate::{Device, Error, KernelArg, Result};
 
 const OP: &str = "user kernel";
-
-/// One argument of a user kernel.
-#[derive(Clone, Copy, Debug)]
-pub enum UserKernelArg<'a> {
-    /// A tensor the kernel reads. A view that does not start at the beginning of its storage
-    /// or is not contiguous is passed as a contiguous copy.
-    Input(&'a Tensor),
-    /// A tensor the kernel writes: a whole contiguous tensor created for the purpose (e.g.
-    /// with `Tensor::zeros`), never a view or the result of an op recorded for gradients.
-    /// Every tensor sharing its storage sees the writes.
-    Output(&'a Tensor),
-    U32(u32),
-    I32(i32),
-    F32(f32),
-}
 
 /// The compiled pipelines of user kernels, by (device, entry point, source).
 type PipelineCache = Mutex<HashMap<(usize, String, String), Arc<::wgpu::ComputePipeline>>>;
@@ -99,41 +85,6 @@ fn pipeline(ctx: &WgpuContext, source: &str, entry: &str) -> Result<Arc<::wgpu::
     Ok(pipeline)
 }
 
-/// The storage a tensor argument binds: the tensor's own for outputs and for inputs that
-/// cover their storage from its start, else a contiguous copy.
-fn bound_storage(t: &Tensor, output: bool, ordinal: usize) -> Result<WgpuStorage> {
-    if t.device() != Device::Wgpu(ordinal) {
-        return Err(Error::DeviceMismatch { op: OP, lhs: Device::Wgpu(ordinal), rhs: t.device() });
-    }
-    let n = t.elem_count();
-    if n == 0 {
-        return Err(Error::EmptyTensor { op: OP, shape: t.shape().clone() });
-    }
-    let storage = t.storage();
-    let Storage::Wgpu(s) = &*storage else {
-        return Err(Error::DeviceMismatch { op: OP, lhs: Device::Wgpu(ordinal), rhs: storage.device() });
-    };
-    let whole = t.layout().contiguous_offsets() == Some((0, n));
-    if output {
-        if !whole || s.len() != n {
-            let msg = "an output must be a whole contiguous tensor (e.g. from Tensor::zeros), not a view";
-            return Err(Error::invalid(OP, msg));
-        }
-        if t.op().is_some() {
-            let msg = "an output must not be the result of an op recorded for gradients (write a fresh tensor)";
-            return Err(Error::invalid(OP, msg));
-        }
-        return Ok(s.clone());
-    }
-    if whole {
-        return Ok(s.clone());
-    }
-    match storage.copy_strided(t.layout())? {
-        Storage::Wgpu(copy) => Ok(copy),
-        other => Err(Error::DeviceMismatch { op: OP, lhs: Device::Wgpu(ordinal), rhs: other.device() }),
-    }
-}
-
 /// Runs the entry point `entry` of the WGSL shader `source` on `wgpu:ordinal` over
 /// `workgroups` (x, y, z) workgroups, with `args` bound as the module documentation says.
 /// The kernel is queued after every op already queued on the device; reading an output
@@ -142,7 +93,7 @@ pub fn launch_user_kernel(
     ordinal: usize,
     source: &str,
     entry: &str,
-    args: &[UserKernelArg<'_>],
+    args: &[KernelArg<'_>],
     workgroups: (u32, u32, u32),
 ) -> Result<()> {
     let ctx = context(ordinal)?;
@@ -150,11 +101,11 @@ pub fn launch_user_kernel(
     let mut words: Vec<u32> = Vec::new();
     for arg in args {
         match *arg {
-            UserKernelArg::Input(t) => storages.push(bound_storage(t, false, ordinal)?),
-            UserKernelArg::Output(t) => storages.push(bound_storage(t, true, ordinal)?),
-            UserKernelArg::U32(v) => words.push(v),
-            UserKernelArg::I32(v) => words.push(v as u32),
-            UserKernelArg::F32(v) => words.push(v.to_bits()),
+            KernelArg::Input(t) => storages.push(bound_storage::<WgpuStorage>(t, false, Device::Wgpu(ordinal))?),
+            KernelArg::Output(t) => storages.push(bound_storage::<WgpuStorage>(t, true, Device::Wgpu(ordinal))?),
+            KernelArg::U32(v) => words.push(v),
+            KernelArg::I32(v) => words.push(v as u32),
+            KernelArg::F32(v) => words.push(v.to_bits()),
         }
     }
     let pipeline = pipeline(&ctx, source, entry)?;

@@ -65,7 +65,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rnn_core::{Device, Error, Result, Tensor};
+use rnn_core::{Device, Error, Result};
 
 use super::{GpuContext, GpuManager};
 
@@ -172,28 +172,7 @@ impl LaunchConfig {
 }
 
 /// One kernel argument (see the module documentation for how each backend passes it).
-#[derive(Clone, Copy, Debug)]
-pub enum KernelArg<'a> {
-    /// A tensor the kernel reads.
-    Input(&'a Tensor),
-    /// A tensor the kernel writes: a whole contiguous tensor created for it.
-    Output(&'a Tensor),
-    U32(u32),
-    I32(i32),
-    F32(f32),
-}
-
-impl<'a> KernelArg<'a> {
-    /// An input from anything holding a tensor (a `GpuTensor`).
-    pub fn input<T: AsRef<Tensor> + ?Sized>(t: &'a T) -> KernelArg<'a> {
-        KernelArg::Input(t.as_ref())
-    }
-
-    /// An output from anything holding a tensor (a `GpuTensor`).
-    pub fn output<T: AsRef<Tensor> + ?Sized>(t: &'a T) -> KernelArg<'a> {
-        KernelArg::Output(t.as_ref())
-    }
-}
+pub use rnn_core::KernelArg;
 
 /// Compiles user kernels and runs them on tensors.
 #[derive(Debug, Default)]
@@ -299,23 +278,12 @@ impl KernelManager {
         match kernel.device {
             #[cfg(feature = "cuda")]
             Device::Cuda(i) => {
-                use rnn_core::cuda::UserKernelArg as A;
-                let args: Vec<A> = args
-                    .iter()
-                    .map(|a| match *a {
-                        KernelArg::Input(t) => A::Input(t),
-                        KernelArg::Output(t) => A::Output(t),
-                        KernelArg::U32(v) => A::U32(v),
-                        KernelArg::I32(v) => A::I32(v),
-                        KernelArg::F32(v) => A::F32(v),
-                    })
-                    .collect();
                 let LaunchConfig { grid, block, shared_mem_bytes } = launch;
                 rnn_core::cuda::launch_user_kernel(
                     i,
                     &kernel.source,
                     &kernel.entry_point,
-                    &args,
+                    args,
                     grid,
                     block,
                     shared_mem_bytes,
@@ -323,18 +291,7 @@ impl KernelManager {
             }
             #[cfg(feature = "wgpu")]
             Device::Wgpu(i) => {
-                use rnn_core::wgpu::UserKernelArg as A;
-                let args: Vec<A> = args
-                    .iter()
-                    .map(|a| match *a {
-                        KernelArg::Input(t) => A::Input(t),
-                        KernelArg::Output(t) => A::Output(t),
-                        KernelArg::U32(v) => A::U32(v),
-                        KernelArg::I32(v) => A::I32(v),
-                        KernelArg::F32(v) => A::F32(v),
-                    })
-                    .collect();
-                rnn_core::wgpu::launch_user_kernel(i, &kernel.source, &kernel.entry_point, &args, launch.grid)
+                rnn_core::wgpu::launch_user_kernel(i, &kernel.source, &kernel.entry_point, args, launch.grid)
             }
             #[allow(unreachable_patterns)]
             d => Err(not_compiled(d)),

@@ -18,6 +18,31 @@ pub(crate) trait GpuStorage: BackendStorage + Clone {
     fn of(s: &Storage) -> Option<&Self>;
 }
 
+/// `GpuStorage` for a backend's storage type `$s`, held in `Storage::$variant`, with an
+/// inherent `len`, `alloc_like` and its module's `elementwise::copy_into`.
+macro_rules! impl_gpu_storage {
+    ($s:ident, $variant:ident) => {
+        impl $crate::gpu_shared::GpuStorage for $s {
+            fn elem_len(&self) -> usize {
+                self.len()
+            }
+            fn alloc_same_device(&self, dtype: DType, len: usize) -> Result<Self> {
+                self.alloc_like(dtype, len)
+            }
+            fn copy_to(&self, l: &Layout, out: &Self, ol: &Layout) -> Result<()> {
+                elementwise::copy_into(self, l, out, ol)
+            }
+            fn of(s: &Storage) -> Option<&Self> {
+                match s {
+                    Storage::$variant(s) => Some(s),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+pub(crate) use impl_gpu_storage;
+
 /// The `BackendStorage` methods a GPU backend implements with its modules `elementwise`,
 /// `reduce`, `matmul`, `index` and `window`, each function named as the method.
 macro_rules! forward_gpu_ops {

@@ -122,20 +122,4 @@ impl BackendStorage for CudaStorage {
     }
 }
 
-impl crate::gpu_shared::GpuStorage for CudaStorage {
-    fn elem_len(&self) -> usize {
-        self.len()
-    }
-    fn alloc_same_device(&self, dtype: DType, len: usize) -> Result<Self> {
-        self.alloc_like(dtype, len)
-    }
-    fn copy_to(&self, l: &Layout, out: &Self, ol: &Layout) -> Result<()> {
-        elementwise::copy_into(self, l, out, ol)
-    }
-    fn of(s: &Storage) -> Option<&Self> {
-        match s {
-            Storage::Cuda(s) => Some(s),
-            _ => None,
-        }
-    }
-}
+crate::gpu_shared::impl_gpu_storage!(CudaStorage, Cuda);

@@ -122,20 +122,4 @@ impl BackendStorage for WgpuStorage {
     crate::gpu_shared::forward_gpu_ops!();
 }
 
-impl crate::gpu_shared::GpuStorage for WgpuStorage {
-    fn elem_len(&self) -> usize {
-        self.len()
-    }
-    fn alloc_same_device(&self, dtype: DType, len: usize) -> Result<Self> {
-        self.alloc_like(dtype, len)
-    }
-    fn copy_to(&self, l: &Layout, out: &Self, ol: &Layout) -> Result<()> {
-        elementwise::copy_into(self, l, out, ol)
-    }
-    fn of(s: &Storage) -> Option<&Self> {
-        match s {
-            Storage::Wgpu(s) => Some(s),
-            _ => None,
-        }
-    }
-}
+crate::gpu_shared::impl_gpu_storage!(WgpuStorage, Wgpu);

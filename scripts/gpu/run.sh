@@ -6,6 +6,10 @@
 #   bench.txt/json   `rnn bench gpu` on cuda:0, and torch.txt the PyTorch twin in the same run
 set -uo pipefail
 cd "$(dirname "$0")"
+if [ ! -d bin ]; then
+    tar -xJf bin.tar.xz 2>/dev/null ||
+        python3 -c 'import tarfile; tarfile.open("bin.tar.xz").extractall()' || { echo "cannot unpack bin.tar.xz" >&2; exit 1; }
+fi
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
 export RNN_REQUIRE_GPU=cuda RNN_GPU_DEVICE=${RNN_GPU_DEVICE:-cuda:0}

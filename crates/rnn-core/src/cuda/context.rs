@@ -94,22 +94,28 @@ impl CudaDevice {
         format!("sm_{}{}", self.compute_capability.0, self.compute_capability.1)
     }
 
-    /// The kernel `name` of `source`, compiled (or read from the PTX cache) and loaded on
-    /// first use.
+    /// The kernel `name` of `source` (a user kernel), compiled (or read from the PTX cache)
+    /// and loaded on first use.
     pub fn function(&self, source: &str, name: &str) -> Result<CudaFunction> {
-        let key = format!("{name}\n{source}");
+        self.function_keyed(&format!("user\n{name}\n{source}"), name, || source.to_string())
+    }
+
+    /// The kernel `name` of the source `key` stands for (`text` builds it), compiled and
+    /// loaded the first time `key` is seen.
+    pub(crate) fn function_keyed(&self, key: &str, name: &str, text: impl FnOnce() -> String) -> Result<CudaFunction> {
         let mut cache = self.functions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = cache.get(&key) {
+        if let Some(f) = cache.get(key) {
             return Ok(f.clone());
         }
+        let source = text();
         if self.debug {
             tracing::info!(ordinal = self.ordinal, kernel = name, "compiling CUDA kernel:\n{source}");
         }
-        let ptx = super::compile::compile_ptx(source, &self.arch())?;
+        let ptx = super::compile::compile_ptx(&source, &self.arch())?;
         let module =
             self.ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx)).map_err(driver_err(self.ordinal, "load PTX"))?;
         let f = module.load_function(name).map_err(driver_err(self.ordinal, "load kernel"))?;
-        cache.insert(key, f.clone());
+        cache.insert(key.to_string(), f.clone());
         Ok(f)
     }
 

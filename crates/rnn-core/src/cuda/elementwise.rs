@@ -7,7 +7,7 @@ use rnn_kernels::cuda;
 
 use super::context::CudaDevice;
 use super::dtype::{c_type, compute_type, convert_expr};
-use super::launch::{index_fn, info, kernel_source, Grid};
+use super::launch::{index_fn, info, kernel_source, Grid, KernelSource};
 use super::storage::CudaStorage;
 use crate::cpu::CpuStorage;
 use crate::op::{BinaryOp, CmpOp, UnaryOp};
@@ -29,7 +29,7 @@ pub(crate) fn fill(dev: &Arc<CudaDevice>, value: f64, n: usize, dtype: DType) ->
     Ok(out)
 }
 
-fn fill_source(dtype: DType) -> String {
+fn fill_source(dtype: DType) -> KernelSource {
     let t = c_type(dtype);
     let value_expr = match dtype {
         DType::F16 => "__ushort_as_half((unsigned short)info.w[1])".to_string(),
@@ -41,7 +41,7 @@ fn fill_source(dtype: DType) -> String {
     kernel_source(cuda::FILL, &[("T", t), ("value", &value_expr)])
 }
 
-fn copy_source(from: DType, to: DType, [index_x, index_out]: [&str; 2]) -> String {
+fn copy_source(from: DType, to: DType, [index_x, index_out]: [&str; 2]) -> KernelSource {
     let convert = convert_expr(from, to);
     let subs = [
         ("T", c_type(from)),
@@ -61,7 +61,7 @@ pub(crate) fn copy_into(src: &CudaStorage, l: &Layout, out: &CudaStorage, ol: &L
     src.dev().launch(&source, &words, &[src.slice(), out.slice()], Grid::Threads(n))
 }
 
-fn unary_source(op: UnaryOp, dtype: DType, index_x: &str) -> String {
+fn unary_source(op: UnaryOp, dtype: DType, index_x: &str) -> KernelSource {
     let subs = [("T", c_type(dtype)), ("C", compute_type(dtype)), ("expr", op.cuda_expr()), ("index_x", index_x)];
     kernel_source(cuda::UNARY, &subs)
 }
@@ -104,7 +104,7 @@ fn binary_expr(op: BinaryOp, dtype: DType) -> String {
     }
 }
 
-fn binary_source(op: BinaryOp, dtype: DType, [index_a, index_b]: [&str; 2]) -> String {
+fn binary_source(op: BinaryOp, dtype: DType, [index_a, index_b]: [&str; 2]) -> KernelSource {
     let expr = binary_expr(op, dtype);
     let subs = [
         ("T", c_type(dtype)),
@@ -127,7 +127,7 @@ pub(crate) fn binary(a: &CudaStorage, l: &Layout, b: &CudaStorage, rl: &Layout, 
     Ok(out)
 }
 
-fn cmp_source(op: CmpOp, dtype: DType, [index_a, index_b]: [&str; 2]) -> String {
+fn cmp_source(op: CmpOp, dtype: DType, [index_a, index_b]: [&str; 2]) -> KernelSource {
     let subs = [
         ("T", c_type(dtype)),
         ("C", compute_type(dtype)),
@@ -149,7 +149,7 @@ pub(crate) fn cmp(a: &CudaStorage, l: &Layout, b: &CudaStorage, rl: &Layout, op:
     Ok(out)
 }
 
-fn where_source(cond: DType, dtype: DType, [index_c, index_t, index_f]: [&str; 3]) -> String {
+fn where_source(cond: DType, dtype: DType, [index_c, index_t, index_f]: [&str; 3]) -> KernelSource {
     let subs =
         [("K", c_type(cond)), ("T", c_type(dtype)), ("index_c", index_c), ("index_t", index_t), ("index_f", index_f)];
     kernel_source(cuda::WHERE, &subs)
@@ -179,7 +179,7 @@ pub(crate) fn where_cond(
 
 /// Every kernel source this module can launch, named (strided indexing; one contiguous
 /// variant per template), for compile checks.
-pub(crate) fn variants() -> Vec<(String, String)> {
+pub(crate) fn variants() -> Vec<(String, KernelSource)> {
     const S: &str = "strided_offset";
     const C: &str = "contiguous_offset";
     let mut v = Vec::new();

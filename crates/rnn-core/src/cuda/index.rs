@@ -7,7 +7,7 @@ use rnn_kernels::cuda;
 
 use super::dtype::c_type;
 use super::elementwise;
-use super::launch::{index_fn, info, kernel_source, Grid};
+use super::launch::{index_fn, info, kernel_source, Grid, KernelSource};
 use super::storage::CudaStorage;
 use crate::cpu::strided::StridedIndex;
 use crate::cpu::CpuStorage;
@@ -58,7 +58,7 @@ fn check_flag(
     Err(Error::IndexOutOfRange { op, index, size, shape: shape.clone() })
 }
 
-fn gather_source(dtype: DType, id_dtype: DType, index_x: &str) -> String {
+fn gather_source(dtype: DType, id_dtype: DType, index_x: &str) -> KernelSource {
     kernel_source(cuda::GATHER, &[("T", c_type(dtype)), ("K", c_type(id_dtype)), ("index_x", index_x)])
 }
 
@@ -108,7 +108,7 @@ pub(crate) fn gather(x: &CudaStorage, l: &Layout, ids: &CudaStorage, il: &Layout
     gather_with("gather", (x, l), ids, il, None, dim)
 }
 
-fn scatter_add_source(dtype: DType, id_dtype: DType, index_src: &str) -> String {
+fn scatter_add_source(dtype: DType, id_dtype: DType, index_src: &str) -> KernelSource {
     kernel_source(cuda::SCATTER_ADD, &[("T", c_type(dtype)), ("K", c_type(id_dtype)), ("index_src", index_src)])
 }
 
@@ -143,7 +143,7 @@ pub(crate) fn scatter_add(
 }
 
 /// Every kernel source this module can launch, named, for compile checks.
-pub(crate) fn variants() -> Vec<(String, String)> {
+pub(crate) fn variants() -> Vec<(String, KernelSource)> {
     let mut v = Vec::new();
     for &d in &DType::ALL {
         for k in ID_DTYPES {

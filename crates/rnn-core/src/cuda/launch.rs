@@ -33,14 +33,42 @@ pub(crate) fn info(op: &'static str, scalars: &[usize], layouts: &[&Layout]) -> 
     Ok(Info(info))
 }
 
-/// `common.cuh` plus `template` with every `{{key}}` replaced.
-pub(crate) fn kernel_source(template: &str, subs: &[(&str, &str)]) -> String {
-    let mut body = template.to_string();
-    for (key, value) in subs {
-        body = body.replace(&format!("{{{{{key}}}}}"), value);
+/// A kernel: a template of rnn-kernels and the values of its `{{key}}` placeholders.
+///
+/// `key` names it exactly (the template's address and length, and every substitution with
+/// its length), so a launch finds the loaded function by a short string and the source text,
+/// several KiB, is only filled in when the key is new.
+pub(crate) struct KernelSource {
+    template: &'static str,
+    subs: Vec<(&'static str, String)>,
+    key: String,
+}
+
+impl KernelSource {
+    pub(crate) fn key(&self) -> &str {
+        &self.key
     }
-    debug_assert!(!body.contains("{{"), "unfilled placeholder in kernel:\n{body}");
-    format!("{}\n{body}", rnn_kernels::cuda::COMMON)
+
+    /// `common.cuh` plus the template with every placeholder replaced.
+    pub(crate) fn text(&self) -> String {
+        let mut body = self.template.to_string();
+        for (key, value) in &self.subs {
+            body = body.replace(&format!("{{{{{key}}}}}"), value);
+        }
+        debug_assert!(!body.contains("{{"), "unfilled placeholder in kernel:\n{body}");
+        format!("{}\n{body}", rnn_kernels::cuda::COMMON)
+    }
+}
+
+/// `template` with the substitutions `subs` (placeholder name, value).
+pub(crate) fn kernel_source(template: &'static str, subs: &[(&'static str, &str)]) -> KernelSource {
+    use std::fmt::Write;
+    let mut key = format!("{:x}+{}", template.as_ptr() as usize, template.len());
+    for (name, value) in subs {
+        // The length makes the key unambiguous whatever characters the values hold.
+        let _ = write!(key, "|{name}={}:{value}", value.len());
+    }
+    KernelSource { template, subs: subs.iter().map(|(k, v)| (*k, v.to_string())).collect(), key }
 }
 
 /// The CUDA function that maps an element index to a storage position under `l`:
@@ -76,11 +104,17 @@ impl Grid {
 
 impl CudaDevice {
     /// Launches `kernel` of `source` on the device's stream with `info` and `buffers`.
-    pub(crate) fn launch(&self, source: &str, info: &Info, buffers: &[&CudaSlice<u8>], grid: Grid) -> Result<()> {
+    pub(crate) fn launch(
+        &self,
+        source: &KernelSource,
+        info: &Info,
+        buffers: &[&CudaSlice<u8>],
+        grid: Grid,
+    ) -> Result<()> {
         if matches!(grid, Grid::Threads(0)) {
             return Ok(());
         }
-        let f = self.function(source, "kernel")?;
+        let f = self.function_keyed(source.key(), "kernel", || source.text())?;
         let mut args = self.stream.launch_builder(&f);
         args.arg(info);
         for b in buffers {

@@ -86,9 +86,36 @@ pub fn time_buffer_copy(ordinal: usize, bytes: u64, calls: usize) -> crate::Resu
 /// Every kernel source the backend can launch, by name, for compile checks (CI compiles them
 /// all with NVRTC for sm_80 and sm_90, with no GPU).
 pub fn kernel_variants() -> Vec<(String, String)> {
+    variants().into_iter().map(|(name, source)| (name, source.text())).collect()
+}
+
+fn variants() -> Vec<(String, launch::KernelSource)> {
     let mut all = elementwise::variants();
     all.extend(reduce::variants());
     all.extend(index::variants());
     all.extend(window::variants());
     all
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    /// Launches find loaded kernels by `KernelSource::key`: one key must never stand for two
+    /// different sources.
+    #[test]
+    fn kernel_keys_name_one_source_each() {
+        let mut by_key: HashMap<String, (String, String)> = HashMap::new();
+        let all = super::variants();
+        for (name, source) in &all {
+            let text = source.text();
+            if let Some((other, other_text)) = by_key.insert(source.key().to_string(), (name.clone(), text.clone())) {
+                assert_eq!(other_text, text, "{name} and {other} share the key {}", source.key());
+            }
+        }
+        // Distinct variants have distinct sources, so distinct keys too.
+        let texts: std::collections::HashSet<String> = all.iter().map(|(_, s)| s.text()).collect();
+        assert_eq!(by_key.len(), texts.len());
+        assert!(all.len() > 400, "{} variants", all.len());
+    }
 }

@@ -11,7 +11,7 @@ use cudarc::driver::LaunchConfig;
 use rnn_kernels::cuda;
 
 use super::dtype::{c_type, compute_type};
-use super::launch::{index_fn, info, kernel_source, Grid, BLOCK};
+use super::launch::{index_fn, info, kernel_source, Grid, KernelSource, BLOCK};
 use super::storage::CudaStorage;
 use crate::op::ReduceOp;
 use crate::storage::BackendStorage;
@@ -75,7 +75,7 @@ fn reducer(op: ReduceOp, dtype: DType) -> String {
     }
 }
 
-fn reduce_source(op: ReduceOp, dtype: DType, index_r: &str) -> String {
+fn reduce_source(op: ReduceOp, dtype: DType, index_r: &str) -> KernelSource {
     let r = reducer(op, dtype);
     kernel_source(cuda::REDUCE, &[("T", c_type(dtype)), ("R", r.as_str()), ("index_r", index_r)])
 }
@@ -135,7 +135,7 @@ pub(crate) fn reduce(x: &CudaStorage, l: &Layout, op: ReduceOp, dims: &[usize]) 
     Ok(out)
 }
 
-fn softmax_source(dtype: DType, log: bool) -> String {
+fn softmax_source(dtype: DType, log: bool) -> KernelSource {
     let subs = [("T", c_type(dtype)), ("C", compute_type(dtype)), ("log", if log { "true" } else { "false" })];
     kernel_source(cuda::SOFTMAX, &subs)
 }
@@ -166,7 +166,7 @@ pub(crate) fn softmax_last_dim(x: &CudaStorage, l: &Layout, log: bool) -> Result
 }
 
 /// Every kernel source this module can launch, named, for compile checks.
-pub(crate) fn variants() -> Vec<(String, String)> {
+pub(crate) fn variants() -> Vec<(String, KernelSource)> {
     let mut v = Vec::new();
     for &d in &DType::ALL {
         for op in OPS {

@@ -5,7 +5,7 @@
 use rnn_kernels::cuda;
 
 use super::dtype::c_type;
-use super::launch::{index_fn, info, kernel_source, Grid};
+use super::launch::{index_fn, info, kernel_source, Grid, KernelSource};
 use super::storage::CudaStorage;
 use crate::cpu::CpuStorage;
 use crate::storage::BackendStorage;
@@ -44,7 +44,7 @@ fn value_expr(dtype: DType, word: usize) -> String {
     }
 }
 
-fn unfold2d_source(dtype: DType, index_x: &str) -> String {
+fn unfold2d_source(dtype: DType, index_x: &str) -> KernelSource {
     let pad = value_expr(dtype, PAD_WORD);
     kernel_source(cuda::UNFOLD2D, &[("T", c_type(dtype)), ("pad", pad.as_str()), ("index_x", index_x)])
 }
@@ -68,7 +68,7 @@ pub(crate) fn unfold2d(x: &CudaStorage, l: &Layout, window: &Window2d, pad: f64)
     Ok(out)
 }
 
-fn fold2d_source(dtype: DType, index_cols: &str) -> String {
+fn fold2d_source(dtype: DType, index_cols: &str) -> KernelSource {
     kernel_source(cuda::FOLD2D, &[("T", c_type(dtype)), ("index_cols", index_cols)])
 }
 
@@ -94,7 +94,7 @@ pub(crate) fn fold2d(cols: &CudaStorage, l: &Layout, (h, w): (usize, usize), win
 }
 
 /// Every kernel source this module can launch, named, for compile checks.
-pub(crate) fn variants() -> Vec<(String, String)> {
+pub(crate) fn variants() -> Vec<(String, KernelSource)> {
     let mut v = Vec::new();
     for &d in &DType::ALL {
         for index in ["strided_offset", "contiguous_offset"] {

@@ -57,3 +57,9 @@ template <typename I> __device__ __forceinline__ I float_to_int(double x, double
     if (x >= hi) return (I)hi;
     return (I)x;
 }
+
+// Whether the index `id` (u8, u32 or i64) names one of `size` slices.
+__device__ __forceinline__ bool negative(u8) { return false; }
+__device__ __forceinline__ bool negative(u32) { return false; }
+__device__ __forceinline__ bool negative(i64 id) { return id < 0; }
+template <typename K> __device__ __forceinline__ bool in_range(K id, u64 size) { return !negative(id) && (u64)id < size; }

@@ -10,11 +10,6 @@
 typedef {{T}} T;
 typedef {{K}} K;
 
-__device__ __forceinline__ bool negative(u8) { return false; }
-__device__ __forceinline__ bool negative(u32) { return false; }
-__device__ __forceinline__ bool negative(i64 id) { return id < 0; }
-__device__ __forceinline__ bool in_range(K id, u64 size) { return !negative(id) && (u64)id < size; }
-
 extern "C" __global__ void kernel(const Info info, const T* __restrict__ x, const K* __restrict__ ids,
                                   T* __restrict__ out, u64* __restrict__ bad) {
     const u64 n = info.w[0], m = info.w[1], size = info.w[2], inner = info.w[3], count = info.w[4];

@@ -8,11 +8,6 @@
 typedef {{T}} T;
 typedef {{K}} K;
 
-__device__ __forceinline__ bool negative(u8) { return false; }
-__device__ __forceinline__ bool negative(u32) { return false; }
-__device__ __forceinline__ bool negative(i64 id) { return id < 0; }
-__device__ __forceinline__ bool in_range(K id, u64 size) { return !negative(id) && (u64)id < size; }
-
 // The 32-bit word holding the byte at `p` and the shift of that byte in it. Buffers are
 // allocated in multiples of 256 bytes, so the word lies inside the buffer.
 __device__ __forceinline__ u32* word_of(const void* p, u32* shift) {

@@ -11,7 +11,7 @@ mod common;
 use common::{dtypes, floats, supports};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use rnn_core::op::{BinaryOp, CmpOp, UnaryOp};
+use rnn_core::op_table::{BinaryOp, CmpOp, UnaryOp};
 use rnn_core::{DType, Device, Dims, Result, Tensor};
 
 const CPU: Device = Device::Cpu;

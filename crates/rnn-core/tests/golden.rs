@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use common::{max_rel_err, supports, tol_on, values};
-use rnn_core::op::{BinaryOp, UnaryOp};
+use rnn_core::op_table::{BinaryOp, UnaryOp};
 use rnn_core::{AllDims, DType, Device, Result, Tensor};
 use serde_json::Value;
 

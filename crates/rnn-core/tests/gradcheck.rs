@@ -14,7 +14,7 @@ mod common;
 use common::{floats, max_rel_err, tol_on, values, widest_float};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rnn_core::op::{BinaryOp, UnaryOp};
+use rnn_core::op_table::{BinaryOp, UnaryOp};
 use rnn_core::{no_grad, DType, Device, Epilogue, GradStore, NoGradGuard, Result, Tensor};
 
 const H: f64 = 1e-6;

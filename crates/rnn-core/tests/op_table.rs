@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use rnn_core::op::{BinaryOp, CmpOp, UnaryOp};
+use rnn_core::op_table::{BinaryOp, CmpOp, UnaryOp};
 use rnn_core::{DType, Device, Result, Tensor};
 use std::collections::HashSet;
 

@@ -11,7 +11,7 @@ use common::*;
 use half::{bf16, f16};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use rnn_core::op::{BinaryOp, CmpOp, UnaryOp};
+use rnn_core::op_table::{BinaryOp, CmpOp, UnaryOp};
 use rnn_core::{manual_seed, DType, Device, Epilogue, Result, Tensor};
 
 fn rng(seed: u64) -> StdRng {

@@ -5,7 +5,7 @@ use rayon::prelude::*;
 
 use super::parallel::{par_fill, PAR_WORK};
 use super::CpuStorage;
-use crate::op::ReduceOp;
+use crate::op_table::ReduceOp;
 use crate::{Layout, Result, WithDType};
 
 /// Accumulation of one reduction: `step` folds an element (at position `j` of the reduced

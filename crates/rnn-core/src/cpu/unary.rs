@@ -6,7 +6,7 @@ use super::parallel::{par_fill, zeroed_vec, HEAVY};
 use super::simd::map_slice;
 use super::strided::{for_each_row_piece, rows};
 use super::CpuStorage;
-use crate::op::{UnaryKernel, UnaryOp, UnaryVisitor};
+use crate::op_table::{UnaryKernel, UnaryOp, UnaryVisitor};
 use crate::{DType, Error, Layout, Result, WithDType};
 
 /// `f` applied to every element of `src` seen through `l`, in row-major order.

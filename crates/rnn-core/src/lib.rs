@@ -22,12 +22,14 @@ pub mod cuda;
 mod device;
 mod display;
 mod dtype;
+#[cfg(all(feature = "cuda-emu", target_os = "linux"))]
+mod emu;
 mod error;
 mod fused;
 pub mod fused_update;
 mod gpu;
 pub mod gpu_memory;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda", feature = "cuda-emu"))]
 mod gpu_pool;
 mod grad_fns;
 pub mod gradcheck;

@@ -55,11 +55,19 @@ template <> __device__ __forceinline__ __half store<__half, float>(float x) { re
 template <> __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16, float>(float x) { return __float2bfloat16(x); }
 #endif
 
-// Float to integer with Rust `as` semantics: truncate, saturate, NaN -> 0.
+// The largest value of an integer type (returned for a float at or above it: converting
+// an out-of-range double is undefined in C++, and 2^63 - 1 is not a double).
+template <typename I> __device__ __forceinline__ I int_max();
+template <> __device__ __forceinline__ u8 int_max<u8>() { return 255; }
+template <> __device__ __forceinline__ u32 int_max<u32>() { return 0xffffffffu; }
+template <> __device__ __forceinline__ i64 int_max<i64>() { return (i64)0x7fffffffffffffffull; }
+
+// Float to integer with Rust `as` semantics: truncate, saturate, NaN -> 0. `lo` (exact in
+// a double for every integer type) and `hi` are the type's range as doubles.
 template <typename I> __device__ __forceinline__ I float_to_int(double x, double lo, double hi) {
     if (x != x) return (I)0;
     if (x <= lo) return (I)lo;
-    if (x >= hi) return (I)hi;
+    if (x >= hi) return int_max<I>();
     return (I)x;
 }
 

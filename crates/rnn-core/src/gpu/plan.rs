@@ -47,6 +47,10 @@ impl KernelSource {
         &self.key
     }
 
+    pub fn lang(&self) -> Lang {
+        self.lang
+    }
+
     /// The full source: the language's shared helpers, then the filled template. A CUDA
     /// kernel on half types defines `RNN_HALF` first (common.cuh then includes the fp16 /
     /// bf16 headers); a WGSL one enables f16.

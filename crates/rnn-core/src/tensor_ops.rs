@@ -12,7 +12,7 @@ use crate::{DType, Dim, Dims, Error, Layout, Result, Shape, Tensor};
 macro_rules! unary_methods {
     ($($name:ident => $op:ident),* $(,)?) => {
         impl Tensor {$(
-            #[doc = concat!("Elementwise `", stringify!($name), "` (see the op table in `op.rs`).")]
+            #[doc = concat!("Elementwise `", stringify!($name), "` (see the op table in `op_table.rs`).")]
             pub fn $name(&self) -> Result<Tensor> {
                 self.unary(UnaryOp::$op)
             }

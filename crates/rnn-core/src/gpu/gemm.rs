@@ -10,6 +10,9 @@
 //! cuBLASLt's transpose op; the batch dims must step by one stride per operand (0 for a
 //! broadcast operand). An operand that fits neither is first copied contiguous.
 
+// Only CUDA runtimes (cudarc, the emulator) run products as `GemmLaunch`es.
+#![cfg_attr(not(any(feature = "cuda", feature = "cuda-emu")), allow(dead_code))]
+
 use super::elementwise::copy_into;
 use super::plan::{Arg, Program};
 use crate::op_table::Epilogue;

@@ -27,7 +27,8 @@ use crate::storage::{BackendStorage, Storage};
 use crate::window::Window2d;
 use crate::{DType, Device, Error, Layout, Result};
 
-/// Whether a runtime ran a product with its fused epilogue.
+/// Whether a runtime ran a product with its fused epilogue (CUDA runtimes only).
+#[cfg_attr(not(any(feature = "cuda", feature = "cuda-emu")), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum GemmOutcome {
     Done,
@@ -36,6 +37,7 @@ pub(crate) enum GemmOutcome {
 }
 
 /// The buffers of a `GemmLaunch`.
+#[cfg_attr(not(any(feature = "cuda", feature = "cuda-emu")), allow(dead_code))]
 pub(crate) struct GemmBuffers<'a, S> {
     pub a: &'a S,
     pub b: &'a S,

@@ -47,6 +47,7 @@ impl KernelSource {
         &self.key
     }
 
+    #[cfg_attr(not(feature = "cuda-emu"), allow(dead_code))]
     pub fn lang(&self) -> Lang {
         self.lang
     }
@@ -226,13 +227,5 @@ impl Program {
         let plan = KernelPlan { op: self.op, source, variant, dims, args: args.to_vec(), info };
         self.launches.push(Launch::Kernel(plan));
         Ok(())
-    }
-
-    /// Every kernel launch of the program.
-    pub fn kernels(&self) -> impl Iterator<Item = &KernelPlan> {
-        self.launches.iter().filter_map(|l| match l {
-            Launch::Kernel(k) => Some(k),
-            Launch::Gemm(_) => None,
-        })
     }
 }

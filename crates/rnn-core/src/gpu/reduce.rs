@@ -218,9 +218,10 @@ pub(crate) fn reduce(target: &Target, op: ReduceOp, dtype: DType, l: &Layout, di
     let chunk = r.div_ceil(parts).max(1);
     // The parts the kernel splits each output into (at most `parts`).
     let parts = r.div_ceil(chunk).max(1);
-    // Partial results (unused but bound in the single-launch splits), as 32-bit words.
-    let words = outer.max(1) * if mode == Mode::Parts { parts } else { 1 } * part_bytes(target) / 4;
-    let part = p.temp(DType::U32, words);
+    // Partial results, as 32-bit words (one unused slot in the single-launch splits: the
+    // kernels always bind the buffer).
+    let slots = if mode == Mode::Parts { outer * parts } else { 1 };
+    let part = p.temp(DType::U32, slots * part_bytes(target) / 4);
     let launch = |p: &mut Program, mode: Mode, units: usize| {
         let info = target.info(op.name(), &[outer, r, mode as usize, chunk], &[&kept, &reduced])?;
         let variant = format!("reduce/{}/{dtype}/{}", op.name(), mode.name());

@@ -68,3 +68,10 @@ pub fn time_buffer_copy(ordinal: usize, bytes: u64, calls: usize) -> crate::Resu
     timed.sort_by(f64::total_cmp);
     Ok(timed[timed.len() / 2])
 }
+
+/// Every kernel source the backend can launch on `wgpu:ordinal`, by variant name, for compile
+/// checks (the f16 ones only where the adapter has `shader-f16`).
+pub fn kernel_variants(ordinal: usize) -> crate::Result<Vec<(String, String)>> {
+    let target = context::context(ordinal)?.target;
+    Ok(crate::gpu::variants::all(&target).into_iter().map(|(name, source)| (name, source.text())).collect())
+}

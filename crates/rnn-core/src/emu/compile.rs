@@ -1,8 +1,9 @@
 //! Compiling CUDA kernel sources for the host: each batch of kernels becomes one C++
 //! translation unit (every kernel in a namespace of its own, compiled against
-//! `shim/cuda_shim.h`), built by the system C++ compiler into a shared library that is
-//! loaded with `dlopen`. Libraries are cached on disk by a hash of their text, the shim and
-//! the compiler command, so a second run compiles nothing.
+//! `shim/cuda_shim.h`, which includes the other headers of `shim/`), built by the system C++
+//! compiler into a shared library that is loaded with `dlopen`. Libraries are cached on disk
+//! by a hash of their text, every shim header and the compiler command, so a second run
+//! compiles nothing.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -14,12 +15,24 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::gpu::plan::KernelSource;
 use crate::{Error, Result};
 
-const SHIM: &str = include_str!("shim/cuda_shim.h");
-const FP16_STUB: &str = include_str!("shim/cuda_fp16.h");
-const BF16_STUB: &str = include_str!("shim/cuda_bf16.h");
+/// The shim's headers, by file name: `cuda_shim.h` (the one a translation unit includes), its
+/// parts, and the stubs of CUDA's 16-bit float headers. The entry point comes last, as
+/// `shim_dir` writes them in this order and takes its presence for a complete folder.
+const SHIM_HEADERS: &[(&str, &str)] = &[
+    ("shim_types.h", include_str!("shim/shim_types.h")),
+    ("shim_half.h", include_str!("shim/shim_half.h")),
+    ("shim_math.h", include_str!("shim/shim_math.h")),
+    ("shim_atomics.h", include_str!("shim/shim_atomics.h")),
+    ("shim_fibers.h", include_str!("shim/shim_fibers.h")),
+    ("shim_launch.h", include_str!("shim/shim_launch.h")),
+    ("shim_sync.h", include_str!("shim/shim_sync.h")),
+    ("cuda_fp16.h", include_str!("shim/cuda_fp16.h")),
+    ("cuda_bf16.h", include_str!("shim/cuda_bf16.h")),
+    ("cuda_shim.h", include_str!("shim/cuda_shim.h")),
+];
 
 /// The flags the shim is written for.
-const FLAGS: &[&str] = &["-std=c++17", "-O1", "-fno-strict-aliasing", "-fPIC", "-shared", "-pthread", "-w"];
+pub(super) const FLAGS: &[&str] = &["-std=c++17", "-O1", "-fno-strict-aliasing", "-fPIC", "-shared", "-pthread", "-w"];
 
 /// Launch dimensions as `rnn_emu::LaunchDims` (cuda_shim.h).
 #[repr(C)]
@@ -88,7 +101,10 @@ pub(crate) fn precompile(sources: &[KernelSource], jobs: usize) -> Result<()> {
         for group in batches.chunks(batches.len().div_ceil(jobs.max(1))) {
             results.push(scope.spawn(move || group.iter().try_for_each(|batch| load_batch(batch))));
         }
-        results.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::Msg("compile worker panicked".into())))).collect()
+        results
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Msg("compile worker panicked".into()))))
+            .collect()
     });
     results.into_iter().collect()
 }
@@ -108,14 +124,14 @@ fn translation_unit(batch: &[&KernelSource]) -> String {
     tu
 }
 
-fn hash_of(parts: &[&str]) -> u64 {
+fn hash_of(value: impl Hash) -> u64 {
     let mut h = DefaultHasher::new();
-    parts.hash(&mut h);
+    value.hash(&mut h);
     h.finish()
 }
 
 /// The C++ compiler: `$CXX`, else `g++`.
-fn compiler() -> String {
+pub(super) fn compiler() -> String {
     std::env::var("CXX").ok().filter(|c| !c.trim().is_empty()).unwrap_or_else(|| "g++".to_string())
 }
 
@@ -129,14 +145,21 @@ fn cache_dir() -> PathBuf {
 
 /// The shim's headers, written once into the cache folder (named by their hash).
 fn shim_dir() -> Result<PathBuf> {
-    let dir = cache_dir().join(format!("shim-{:016x}", hash_of(&[SHIM, FP16_STUB, BF16_STUB])));
+    let dir = cache_dir().join(format!("shim-{:016x}", hash_of(SHIM_HEADERS)));
     if !dir.join("cuda_shim.h").exists() {
-        std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
-        for (name, text) in [("cuda_fp16.h", FP16_STUB), ("cuda_bf16.h", BF16_STUB), ("cuda_shim.h", SHIM)] {
-            write_atomically(&dir.join(name), text.as_bytes())?;
-        }
+        write_shim(&dir)?;
     }
     Ok(dir)
+}
+
+/// Writes every header of the shim into `dir` (created if needed), the entry point last.
+/// Each file is written atomically, so concurrent writers (other test processes) are safe.
+pub(super) fn write_shim(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    for (name, text) in SHIM_HEADERS {
+        write_atomically(&dir.join(name), text.as_bytes())?;
+    }
+    Ok(())
 }
 
 fn io_error(path: &Path, e: std::io::Error) -> Error {
@@ -153,33 +176,15 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 fn load_batch(batch: &[&KernelSource]) -> Result<()> {
     let tu = translation_unit(batch);
     let cxx = compiler();
-    let dir = cache_dir();
-    let lib = dir.join(format!("batch-{:016x}.so", hash_of(&[&tu, SHIM, &cxx, &FLAGS.join(" ")])));
+    // Every header's name and text are part of the key: editing any of them rebuilds.
+    let lib = cache_dir().join(format!("batch-{:016x}.so", hash_of((&tu, SHIM_HEADERS, &cxx, FLAGS))));
     if !lib.exists() {
-        let include = shim_dir()?;
-        let cpp = lib.with_extension(format!("{}.cpp", std::process::id()));
-        write_atomically(&cpp, tu.as_bytes())?;
-        let out = lib.with_extension(format!("{}.so", std::process::id()));
-        let status = Command::new(&cxx)
-            .args(FLAGS)
-            .arg("-I")
-            .arg(&include)
-            .arg("-o")
-            .arg(&out)
-            .arg(&cpp)
-            .output()
-            .map_err(|e| Error::DeviceNotAvailable(format!("cuda emulator: cannot run the C++ compiler `{cxx}` ({e}); set CXX")))?;
-        if !status.status.success() {
-            let log = String::from_utf8_lossy(&status.stderr);
-            let first: String = log.lines().take(40).collect::<Vec<_>>().join("\n");
-            return Err(Error::Msg(format!("cuda emulator: {} failed to compile (kept at {}):\n{first}", cxx, cpp.display())));
-        }
-        let _ = std::fs::remove_file(&cpp);
-        std::fs::rename(&out, &lib).map_err(|e| io_error(&lib, e))?;
+        build_library(&tu, &cxx, &lib)?;
     }
     // SAFETY: the library was built from our translation unit; loading runs only the shim's
     // static initializers.
-    let library = Arc::new(unsafe { libloading::Library::new(&lib) }.map_err(|e| Error::Msg(format!("cuda emulator: {e}")))?);
+    let library = unsafe { libloading::Library::new(&lib) }.map_err(|e| Error::Msg(format!("cuda emulator: {e}")))?;
+    let library = Arc::new(library);
     let mut loaded = loaded().lock().unwrap_or_else(|p| p.into_inner());
     for (i, source) in batch.iter().enumerate() {
         // SAFETY: `rnn_emu_v{i}` is defined by the translation unit with the `Entry` signature.
@@ -189,4 +194,26 @@ fn load_batch(batch: &[&KernelSource]) -> Result<()> {
         loaded.insert(source.key().to_string(), Kernel { entry, _library: library.clone() });
     }
     Ok(())
+}
+
+/// Compiles the translation unit `tu` into the shared library `lib`. Other processes may
+/// build the same library at once: each writes files of its own and renames the result.
+fn build_library(tu: &str, cxx: &str, lib: &Path) -> Result<()> {
+    let include = shim_dir()?;
+    let cpp = lib.with_extension(format!("{}.cpp", std::process::id()));
+    write_atomically(&cpp, tu.as_bytes())?;
+    let out = lib.with_extension(format!("{}.so", std::process::id()));
+    let mut command = Command::new(cxx);
+    command.args(FLAGS).arg("-I").arg(&include).arg("-o").arg(&out).arg(&cpp);
+    let status = command.output().map_err(|e| {
+        Error::DeviceNotAvailable(format!("cuda emulator: cannot run the C++ compiler `{cxx}` ({e}); set CXX"))
+    })?;
+    if !status.status.success() {
+        let log = String::from_utf8_lossy(&status.stderr);
+        let first: String = log.lines().take(40).collect::<Vec<_>>().join("\n");
+        let kept = cpp.display();
+        return Err(Error::Msg(format!("cuda emulator: {cxx} failed to compile (kept at {kept}):\n{first}")));
+    }
+    let _ = std::fs::remove_file(&cpp);
+    std::fs::rename(&out, lib).map_err(|e| io_error(lib, e))
 }

@@ -23,6 +23,8 @@
 mod buffer;
 mod compile;
 #[cfg(test)]
+mod selftest;
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeSet;

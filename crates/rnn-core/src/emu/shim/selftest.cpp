@@ -1,6 +1,8 @@
 // Self-test of cuda_shim.h: kernels in the library's form (namespaces, `kernel(const Info,
 // pointers...)`), launched through rnn_emu::launch, checked against host computations,
-// plus the error cases and exact 16-bit conversions. Build and run (from the repo root):
+// plus the error cases and exact 16-bit conversions. The test `emu::selftest` builds and runs
+// it (cargo test -p rnn-core --features cuda-emu --lib emu::selftest); by hand, from the repo
+// root (add -fsanitize=address,undefined to check the shim itself):
 //   g++ -std=c++17 -O1 -fno-strict-aliasing -pthread -I crates/rnn-core/src/emu/shim
 //       -o selftest crates/rnn-core/src/emu/shim/selftest.cpp && ./selftest
 #include "cuda_shim.h"

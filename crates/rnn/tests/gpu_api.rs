@@ -225,8 +225,8 @@ fn cuda_user_kernels() -> rnn::Result<()> {
             // The source is still checked where NVRTC is installed.
             let nvrtc_required = std::env::var("RNN_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
             if nvrtc_required || rnn::cuda::nvrtc_version().is_ok() {
-                rnn::cuda::compile_ptx_uncached(CUDA_ADD, "sm_80")?;
-                assert!(rnn::cuda::compile_ptx_uncached("extern \"C\" __global__ void broken( { }", "sm_80").is_err());
+                rnn::cuda::compile_cubin_uncached(CUDA_ADD, "sm_80")?;
+                assert!(rnn::cuda::compile_cubin_uncached("extern \"C\" __global__ void broken( { }", "sm_80").is_err());
             }
         }
         #[cfg(not(feature = "cuda"))]

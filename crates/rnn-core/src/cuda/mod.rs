@@ -3,8 +3,9 @@
 //! tensor returns `Error::DeviceNotAvailable`.
 //!
 //! Ops are planned by the shared GPU layer (`gpu/`): this module is the runtime that runs
-//! the plans. Kernels are CUDA C templates from `rnn-kernels`, compiled by NVRTC for the
-//! device's own architecture at first use and cached in memory and on disk (`compile.rs`);
+//! the plans. Kernels are CUDA C templates from `rnn-kernels`, compiled by NVRTC to CUBIN
+//! for the device's own architecture at first use and cached in memory and on disk
+//! (`compile.rs`);
 //! products run through cuBLASLt (`blaslt.rs`). Buffers come from the shared caching
 //! allocator. Every dtype is stored natively; f16 / bf16 compute in f32.
 
@@ -18,7 +19,10 @@ mod profile;
 mod storage;
 mod user_kernel;
 
-pub use compile::{cache_entry, cache_file, compile_ptx, compile_ptx_uncached, disk_cached_ptx, nvrtc_version};
+pub use compile::{
+    cache_entry, cache_file, compile_cubin, compile_cubin_for_check, compile_cubin_uncached, disk_cached_cubin,
+    driver_version, is_cubin, nvrtc_version,
+};
 pub use context::device_count;
 pub use profile::{record_timing_event, CudaTimingEvent};
 pub use storage::CudaStorage;

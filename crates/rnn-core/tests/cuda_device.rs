@@ -5,10 +5,21 @@
 
 mod common;
 
+use std::sync::{Mutex, MutexGuard};
+
 use rnn_core::{DType, Device, Error, Tensor};
+
+/// The tests here share the device's pool and its statistics (the out-of-memory test empties
+/// the cache, the pool test counts cache hits), and the test harness runs tests on several
+/// threads: each test holds this lock for its whole body.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static POOL: Mutex<()> = Mutex::new(());
+    POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 #[test]
 fn allocating_past_the_card_is_an_error_and_the_device_keeps_working() -> rnn_core::Result<()> {
+    let _pool = one_at_a_time();
     common::on_gpu(Device::Cuda(0), |device| {
         let total = rnn_core::cuda::device_info(0)?.total_memory as usize;
         let err = Tensor::zeros(total / 4 * 2, DType::F32, device).unwrap_err();
@@ -24,6 +35,7 @@ fn allocating_past_the_card_is_an_error_and_the_device_keeps_working() -> rnn_co
 
 #[test]
 fn the_pool_reuses_buffers_and_empties() -> rnn_core::Result<()> {
+    let _pool = one_at_a_time();
     common::on_gpu(Device::Cuda(0), |device| {
         let x = Tensor::ones(1000, DType::F32, device)?;
         for _ in 0..5 {

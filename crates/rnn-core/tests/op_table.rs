@@ -1,8 +1,7 @@
 //! The op table is the single definition of every elementwise op: each entry must be
 //! complete (CPU formula, CUDA and WGSL expressions) and runnable on every backend.
 
-mod common;
-use common::*;
+use rnn_testutil::*;
 use rnn_core::op::{BinaryOp, CmpOp, UnaryOp};
 use rnn_core::{DType, Device, Result, Tensor};
 use std::collections::HashSet;
@@ -36,14 +35,8 @@ fn every_op_runs(device: Device) -> Result<()> {
     let x = Tensor::rand(0.1, 2.0, (3, 5), DType::F64, Device::Cpu)?;
     let y = Tensor::rand(0.1, 2.0, (3, 5), DType::F64, Device::Cpu)?;
     for dtype in floats(device) {
-        let tol = tol_on(
-            device,
-            match dtype {
-                DType::F64 => 1e-12,
-                DType::F32 => 1e-5,
-                _ => 2e-2,
-            },
-        );
+        // One op on inputs rounded to `dtype`, against f64 on the exact inputs.
+        let tol = tol_on(device, tolerance(dtype).result);
         let (xd, yd) = (x.to_dtype(dtype)?.to_device(device)?, y.to_dtype(dtype)?.to_device(device)?);
         for &op in UnaryOp::ALL {
             let want = x.unary(op)?;

@@ -5,7 +5,7 @@
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 
-use crate::op::{BinaryOp, ReduceOp, UnaryOp};
+use crate::op_table::{BinaryOp, ReduceOp, UnaryOp};
 use crate::tensor::TensorId;
 use crate::{Error, Result, Tensor};
 
@@ -17,11 +17,9 @@ pub(crate) enum Op {
     WhereCond(Tensor, Tensor, Tensor),
     /// Reduction keeping the reduced dims with size 1.
     Reduce(Tensor, ReduceOp),
-    /// Fused softmax over the last dim; `true` for log-softmax.
-    Softmax(Tensor, bool),
     Matmul(Tensor, Tensor),
-    /// `act(x @ wᵀ + b)` (`Tensor::linear`).
-    Linear(Tensor, Tensor, Option<Tensor>, crate::Epilogue),
+    /// A fused op (`fused/`) and its inputs.
+    Fused(std::sync::Arc<dyn crate::fused::FusedOp>, Vec<Tensor>),
     Reshape(Tensor),
     Permute(Tensor, Vec<usize>),
     Narrow(Tensor, usize, usize),
@@ -43,14 +41,13 @@ impl Op {
     pub(crate) fn inputs(&self) -> Vec<&Tensor> {
         match self {
             Op::Unary(a, _) | Op::Reduce(a, _) | Op::Reshape(a) | Op::Permute(a, _) | Op::Narrow(a, _, _) => vec![a],
-            Op::Broadcast(a) | Op::Copy(a) | Op::ToDType(a) | Op::Softmax(a, _) => vec![a],
+            Op::Broadcast(a) | Op::Copy(a) | Op::ToDType(a) => vec![a],
             Op::IndexSelect(a, _, _) | Op::Gather(a, _, _) => vec![a],
             Op::Unfold2d(a, _) | Op::Fold2d(a, _) => vec![a],
             Op::Binary(a, b, _) | Op::Matmul(a, b) => vec![a, b],
             Op::WhereCond(_, t, f) => vec![t, f],
             Op::ScatterAdd(a, _, s, _) => vec![a, s],
-            Op::Cat(xs, _) => xs.iter().collect(),
-            Op::Linear(x, w, b, _) => [x, w].into_iter().chain(b).collect(),
+            Op::Cat(xs, _) | Op::Fused(_, xs) => xs.iter().collect(),
         }
     }
 }

@@ -90,8 +90,8 @@ impl Device {
     pub fn check_available(&self) -> Result<()> {
         match self {
             Device::Cpu => Ok(()),
-            Device::Cuda(i) => crate::backends::CudaStorage::check_device(*i),
-            Device::Wgpu(i) => crate::backends::WgpuStorage::check_device(*i),
+            Device::Cuda(i) => crate::backend_stubs::CudaStorage::check_device(*i),
+            Device::Wgpu(i) => crate::backend_stubs::WgpuStorage::check_device(*i),
         }
     }
 }

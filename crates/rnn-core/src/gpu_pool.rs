@@ -5,8 +5,6 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::Layout;
-
 pub use crate::gpu_memory::MemoryStats;
 
 /// The size a request of `bytes` is rounded up to: at least 256 bytes, then to an eighth of
@@ -72,23 +70,4 @@ impl<B> BufferPool<B> {
 /// Whether `RNN_GPU_MEMORY_POOL` allows caching (anything but `0`).
 pub(crate) fn pool_enabled() -> bool {
     std::env::var("RNN_GPU_MEMORY_POOL").map_or(true, |v| v.trim() != "0")
-}
-
-/// The sizes and layouts a GPU kernel reads, as one array of words: `scalars`, then the base
-/// position of each layout, then the layouts themselves (rank, start offset, dims, strides).
-/// Both backends' `strided_offset` (common.wgsl, common.cuh) read this format.
-pub(crate) fn info_words(scalars: &[usize], layouts: &[&Layout]) -> Vec<u64> {
-    let mut words: Vec<u64> = scalars.iter().map(|&s| s as u64).collect();
-    let mut base = scalars.len() + layouts.len();
-    for l in layouts {
-        words.push(base as u64);
-        base += 2 + 2 * l.dims().len();
-    }
-    for l in layouts {
-        words.push(l.dims().len() as u64);
-        words.push(l.start_offset() as u64);
-        words.extend(l.dims().iter().map(|&d| d as u64));
-        words.extend(l.strides().iter().map(|&s| s as u64));
-    }
-    words
 }

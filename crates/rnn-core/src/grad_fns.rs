@@ -2,7 +2,7 @@
 //! loss with respect to `y`, the gradients with respect to its inputs.
 
 use crate::backprop::Op;
-use crate::op::{BinaryOp, Epilogue, ReduceOp, UnaryOp};
+use crate::op_table::{BinaryOp, ReduceOp, UnaryOp};
 use crate::{Result, Tensor};
 
 /// Only inputs that track gradients get one: computing the rest (say, the gradient of a
@@ -15,36 +15,13 @@ pub(crate) fn input_grads<'a>(op: &'a Op, y: &Tensor, g: &Tensor) -> Result<Vec<
             let gb = b.tracks_grad().then(|| a.t()?.matmul(g)).transpose()?;
             return Ok(pair(a, ga, b, gb));
         }
-        Op::Linear(x, w, b, act) => return linear_grads(x, w, b.as_ref(), *act, y, g),
+        Op::Fused(f, inputs) => {
+            let grads = f.backward(inputs, y, g)?;
+            return Ok(inputs.iter().zip(grads).filter_map(|(t, gt)| gt.map(|gt| (t, gt))).collect());
+        }
         _ => other_grads(op, y, g)?,
     };
     Ok(grads.into_iter().filter(|(t, _)| t.tracks_grad()).collect())
-}
-
-/// `y = act(z)` with `z = x wᵀ + b`: the gradient of `z`, then those of the inputs that
-/// track one.
-fn linear_grads<'a>(
-    x: &'a Tensor,
-    w: &'a Tensor,
-    b: Option<&'a Tensor>,
-    act: Epilogue,
-    y: &Tensor,
-    g: &Tensor,
-) -> Result<Vec<(&'a Tensor, Tensor)>> {
-    let gz = match act {
-        Epilogue::None => g.clone(),
-        // relu'(z) = step(z), and z > 0 exactly where y > 0.
-        Epilogue::Relu => g.mul(&y.step()?)?,
-        // The fused forward does not keep z: recompute it (one more product).
-        Epilogue::Gelu => unary_grad(UnaryOp::Gelu, &x.linear(w, b, Epilogue::None)?, y, g)?,
-    };
-    let gx = x.tracks_grad().then(|| gz.matmul(w)).transpose()?;
-    let gw = w.tracks_grad().then(|| gz.t()?.matmul(x)).transpose()?;
-    let mut grads = pair(x, gx, w, gw);
-    if let Some(b) = b.filter(|b| b.tracks_grad()) {
-        grads.push((b, gz.sum(0)?));
-    }
-    Ok(grads)
 }
 
 fn pair<'a>(a: &'a Tensor, ga: Option<Tensor>, b: &'a Tensor, gb: Option<Tensor>) -> Vec<(&'a Tensor, Tensor)> {
@@ -54,21 +31,12 @@ fn pair<'a>(a: &'a Tensor, ga: Option<Tensor>, b: &'a Tensor, gb: Option<Tensor>
 fn other_grads<'a>(op: &'a Op, y: &Tensor, g: &Tensor) -> Result<Vec<(&'a Tensor, Tensor)>> {
     Ok(match op {
         Op::Unary(x, u) => vec![(x, unary_grad(*u, x, y, g)?)],
-        Op::Binary(..) | Op::Matmul(..) | Op::Linear(..) => unreachable_grad(op)?,
+        Op::Binary(..) | Op::Matmul(..) | Op::Fused(..) => unreachable_grad(op)?,
         Op::WhereCond(c, t, f) => {
             let zero = g.zeros_like()?;
             vec![(t, c.where_cond(g, &zero)?), (f, c.where_cond(&zero, g)?)]
         }
         Op::Reduce(x, r) => vec![(x, reduce_grad(*r, x, y, g)?)],
-        Op::Softmax(x, false) => {
-            // dx = y * (g - sum(g * y))
-            let dot = g.mul(y)?.sum_keepdim(-1)?;
-            vec![(x, y.mul(&g.sub(&dot)?)?)]
-        }
-        Op::Softmax(x, true) => {
-            // dx = g - softmax(x) * sum(g), with softmax(x) = exp(y)
-            vec![(x, g.sub(&y.exp()?.mul(&g.sum_keepdim(-1)?)?)?)]
-        }
         Op::Reshape(x) => vec![(x, g.reshape(x.shape())?)],
         Op::Permute(x, perm) => {
             let mut inverse = vec![0; perm.len()];
@@ -107,7 +75,7 @@ fn other_grads<'a>(op: &'a Op, y: &Tensor, g: &Tensor) -> Result<Vec<(&'a Tensor
 }
 
 /// d/dx of each unary op of the op table, times `g`.
-fn unary_grad(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
+pub(crate) fn unary_grad(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
     use std::f64::consts::{FRAC_2_SQRT_PI, PI};
     match op {
         UnaryOp::Neg => g.neg(),
@@ -151,7 +119,7 @@ fn unary_grad(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor>
 fn unreachable_grad(op: &Op) -> Result<Vec<(&Tensor, Tensor)>> {
     let _ = op;
     Err(crate::Error::Backward {
-        msg: "internal: binary and matmul gradients are computed by their own functions".into(),
+        msg: "internal: binary, matmul and fused gradients are computed by their own functions".into(),
     })
 }
 

@@ -15,33 +15,35 @@
 pub mod cpu;
 
 mod adapter_info;
-pub mod backends;
+pub mod backend_stubs;
 mod backprop;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod device;
 mod display;
 mod dtype;
+#[cfg(all(feature = "cuda-emu", target_os = "linux"))]
+mod emu;
 mod error;
+mod fused;
 pub mod fused_update;
+mod gpu;
 pub mod gpu_memory;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda", feature = "cuda-emu"))]
 mod gpu_pool;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-mod gpu_shared;
 mod grad_fns;
 pub mod gradcheck;
 mod kernel_arg;
 mod layout;
-mod ndarray_conv;
+mod ndarray_interop;
 pub mod num;
-pub mod op;
-mod ops;
+pub mod op_table;
 mod random;
 mod shape;
 mod std_ops;
-pub mod storage;
+pub(crate) mod storage;
 mod tensor;
+mod tensor_ops;
 mod view;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
@@ -54,7 +56,7 @@ pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 pub use kernel_arg::KernelArg;
 pub use layout::Layout;
-pub use op::Epilogue;
+pub use op_table::Epilogue;
 pub use random::manual_seed;
 pub use shape::{AllDims, Dim, Dims, Shape};
 pub use tensor::{Tensor, TensorId};

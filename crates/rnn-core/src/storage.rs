@@ -2,9 +2,10 @@
 //! `BackendStorage`; the enum dispatches to it with one macro, after checking that every
 //! operand lives on the same device.
 
-use crate::backends::{CudaStorage, WgpuStorage};
+use crate::backend_stubs::{CudaStorage, WgpuStorage};
 use crate::cpu::CpuStorage;
-use crate::op::{BinaryOp, CmpOp, Epilogue, ReduceOp, UnaryOp};
+use crate::fused::FusedOp;
+use crate::op_table::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::window::Window2d;
 use crate::{DType, Device, Error, Layout, Result};
 
@@ -21,8 +22,6 @@ pub trait BackendStorage: Sized {
     fn cmp(&self, l: &Layout, rhs: &Self, rl: &Layout, op: CmpOp) -> Result<Self>;
     fn where_cond(&self, l: &Layout, t: &Self, tl: &Layout, f: &Self, fl: &Layout) -> Result<Self>;
     fn reduce(&self, l: &Layout, op: ReduceOp, dims: &[usize]) -> Result<Self>;
-    /// Softmax, or log-softmax when `log`, along the last dim (a fused kernel).
-    fn softmax_last_dim(&self, l: &Layout, log: bool) -> Result<Self>;
     fn matmul(&self, l: &Layout, rhs: &Self, rl: &Layout) -> Result<Self>;
     fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Self>;
     fn copy_strided(&self, l: &Layout) -> Result<Self>;
@@ -36,37 +35,9 @@ pub trait BackendStorage: Sized {
     /// `[N, C, kh * kw, Ho * Wo]` -> `[N, C, H, W]` with `(H, W) = out_hw`: the adjoint of
     /// `unfold2d` (see `Tensor::fold2d`).
     fn fold2d(&self, l: &Layout, out_hw: (usize, usize), window: &Window2d) -> Result<Self>;
-
-    /// `act(x @ wᵀ + bias)` with `x` (self) `[m, k]`, `w` `[n, k]` and `bias` `[n]`: a
-    /// Linear layer's forward, into a contiguous `[m, n]`. The default composes matmul, add
-    /// and the activation; a backend with a fused kernel overrides it.
-    fn linear(&self, l: &Layout, w: &Self, wl: &Layout, bias: Option<(&Self, &Layout)>, act: Epilogue) -> Result<Self> {
-        let y = self.matmul(l, w, &wl.transpose(0, 1)?)?;
-        add_bias_act(y, (l.dims()[0], wl.dims()[0]), bias, act)
-    }
-}
-
-/// `act(y + bias)` for a contiguous `[rows, n]` `y` and a bias of `n` elements, with
-/// elementwise ops: the tail of `BackendStorage::linear` where it is not fused.
-pub(crate) fn add_bias_act<S: BackendStorage>(
-    y: S,
-    (rows, n): (usize, usize),
-    bias: Option<(&S, &Layout)>,
-    act: Epilogue,
-) -> Result<S> {
-    let out = Layout::contiguous(vec![rows, n]);
-    let y = match bias {
-        Some((b, bl)) => {
-            // Every row reads the same bias vector.
-            let rows_of_bias = Layout::new(out.shape().clone(), vec![0, bl.strides()[0]], bl.start_offset());
-            y.binary(&out, b, &rows_of_bias, BinaryOp::Add)?
-        }
-        None => y,
-    };
-    match act.unary() {
-        Some(op) => y.unary(&out, op),
-        None => Ok(y),
-    }
+    /// A fused op's forward into a contiguous result (`fused/`), or `None` where this backend
+    /// composes it from other ops.
+    fn fused(op: &dyn FusedOp, inputs: &[(&Self, &Layout)]) -> Result<Option<Self>>;
 }
 
 impl BackendStorage for CpuStorage {
@@ -100,9 +71,6 @@ impl BackendStorage for CpuStorage {
     fn reduce(&self, l: &Layout, op: ReduceOp, dims: &[usize]) -> Result<Self> {
         CpuStorage::reduce(self, l, op, dims)
     }
-    fn softmax_last_dim(&self, l: &Layout, log: bool) -> Result<Self> {
-        CpuStorage::softmax_last_dim(self, l, log)
-    }
     fn matmul(&self, l: &Layout, rhs: &Self, rl: &Layout) -> Result<Self> {
         CpuStorage::matmul(self, l, rhs, rl)
     }
@@ -129,6 +97,9 @@ impl BackendStorage for CpuStorage {
     }
     fn fold2d(&self, l: &Layout, out_hw: (usize, usize), window: &Window2d) -> Result<Self> {
         CpuStorage::fold2d(self, l, out_hw, window)
+    }
+    fn fused(op: &dyn FusedOp, inputs: &[(&Self, &Layout)]) -> Result<Option<Self>> {
+        op.cpu(inputs)
     }
 }
 
@@ -160,6 +131,36 @@ macro_rules! dispatch2 {
             (a, b) => return Err(Error::DeviceMismatch { op: $op, lhs: a.device(), rhs: b.device() }),
         }
     };
+}
+
+/// Applies `$e` to three storages that must be on the same backend.
+macro_rules! dispatch3 {
+    ($op:expr, $a:expr, $b:expr, $c:expr, |$x:ident, $y:ident, $z:ident| $e:expr) => {
+        match ($a, $b, $c) {
+            (Storage::Cpu($x), Storage::Cpu($y), Storage::Cpu($z)) => Storage::Cpu($e?),
+            (Storage::Cuda($x), Storage::Cuda($y), Storage::Cuda($z)) => Storage::Cuda($e?),
+            (Storage::Wgpu($x), Storage::Wgpu($y), Storage::Wgpu($z)) => Storage::Wgpu($e?),
+            (a, b, c) => {
+                let other = if a.device() != b.device() { b } else { c };
+                return Err(Error::DeviceMismatch { op: $op, lhs: a.device(), rhs: other.device() });
+            }
+        }
+    };
+}
+
+/// The storages of `parts` as backend `$v`'s (all on one device), with their layouts.
+macro_rules! typed_parts {
+    ($op:expr, $parts:expr, $v:ident) => {{
+        let device = $parts[0].0.device();
+        let mut typed = Vec::with_capacity($parts.len());
+        for (s, l) in $parts {
+            match s {
+                Storage::$v(s) => typed.push((s, *l)),
+                s => return Err(Error::DeviceMismatch { op: $op, lhs: device, rhs: s.device() }),
+            }
+        }
+        typed
+    }};
 }
 
 impl Storage {
@@ -216,62 +217,15 @@ impl Storage {
     }
 
     pub fn where_cond(&self, l: &Layout, t: &Storage, tl: &Layout, f: &Storage, fl: &Layout) -> Result<Storage> {
-        Ok(match (self, t, f) {
-            (Storage::Cpu(c), Storage::Cpu(t), Storage::Cpu(f)) => Storage::Cpu(c.where_cond(l, t, tl, f, fl)?),
-            (Storage::Cuda(c), Storage::Cuda(t), Storage::Cuda(f)) => Storage::Cuda(c.where_cond(l, t, tl, f, fl)?),
-            (Storage::Wgpu(c), Storage::Wgpu(t), Storage::Wgpu(f)) => Storage::Wgpu(c.where_cond(l, t, tl, f, fl)?),
-            (c, t, f) => {
-                let other = if c.device() != t.device() { t } else { f };
-                return Err(Error::DeviceMismatch { op: "where_cond", lhs: c.device(), rhs: other.device() });
-            }
-        })
+        Ok(dispatch3!("where_cond", self, t, f, |c, t, f| c.where_cond(l, t, tl, f, fl)))
     }
 
     pub fn reduce(&self, l: &Layout, op: ReduceOp, dims: &[usize]) -> Result<Storage> {
         Ok(dispatch!(self, s => s.reduce(l, op, dims)))
     }
 
-    pub fn softmax_last_dim(&self, l: &Layout, log: bool) -> Result<Storage> {
-        Ok(dispatch!(self, s => s.softmax_last_dim(l, log)))
-    }
-
     pub fn matmul(&self, l: &Layout, rhs: &Storage, rl: &Layout) -> Result<Storage> {
         Ok(dispatch2!("matmul", self, rhs, |a, b| a.matmul(l, b, rl)))
-    }
-
-    pub fn linear(
-        &self,
-        l: &Layout,
-        w: &Storage,
-        wl: &Layout,
-        bias: Option<(&Storage, &Layout)>,
-        act: Epilogue,
-    ) -> Result<Storage> {
-        let mismatch =
-            |other: &Storage| Error::DeviceMismatch { op: "linear", lhs: self.device(), rhs: other.device() };
-        // The bias as the same backend's storage as `x`, via `pick`.
-        fn typed<'a, T>(
-            bias: Option<(&'a Storage, &'a Layout)>,
-            pick: fn(&Storage) -> Option<&T>,
-            mismatch: impl Fn(&Storage) -> Error,
-        ) -> Result<Option<(&'a T, &'a Layout)>> {
-            bias.map(|(b, bl)| pick(b).map(|b| (b, bl)).ok_or_else(|| mismatch(b))).transpose()
-        }
-        Ok(match (self, w) {
-            (Storage::Cpu(x), Storage::Cpu(w)) => {
-                let b = typed(bias, |s| if let Storage::Cpu(s) = s { Some(s) } else { None }, mismatch)?;
-                Storage::Cpu(x.linear(l, w, wl, b, act)?)
-            }
-            (Storage::Cuda(x), Storage::Cuda(w)) => {
-                let b = typed(bias, |s| if let Storage::Cuda(s) = s { Some(s) } else { None }, mismatch)?;
-                Storage::Cuda(x.linear(l, w, wl, b, act)?)
-            }
-            (Storage::Wgpu(x), Storage::Wgpu(w)) => {
-                let b = typed(bias, |s| if let Storage::Wgpu(s) = s { Some(s) } else { None }, mismatch)?;
-                Storage::Wgpu(x.linear(l, w, wl, b, act)?)
-            }
-            (_, w) => return Err(mismatch(w)),
-        })
     }
 
     pub fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Storage> {
@@ -307,39 +261,25 @@ impl Storage {
         sl: &Layout,
         dim: usize,
     ) -> Result<Storage> {
-        Ok(match (self, ids, src) {
-            (Storage::Cpu(a), Storage::Cpu(i), Storage::Cpu(s)) => Storage::Cpu(a.scatter_add(l, i, il, s, sl, dim)?),
-            (Storage::Cuda(a), Storage::Cuda(i), Storage::Cuda(s)) => {
-                Storage::Cuda(a.scatter_add(l, i, il, s, sl, dim)?)
-            }
-            (Storage::Wgpu(a), Storage::Wgpu(i), Storage::Wgpu(s)) => {
-                Storage::Wgpu(a.scatter_add(l, i, il, s, sl, dim)?)
-            }
-            (a, i, s) => {
-                let other = if a.device() != i.device() { i } else { s };
-                return Err(Error::DeviceMismatch { op: "scatter_add", lhs: a.device(), rhs: other.device() });
-            }
-        })
+        Ok(dispatch3!("scatter_add", self, ids, src, |a, i, s| a.scatter_add(l, i, il, s, sl, dim)))
     }
 
     pub fn cat(parts: &[(&Storage, &Layout)], dim: usize) -> Result<Storage> {
-        let device = parts.first().ok_or_else(|| Error::invalid("cat", "no tensors given"))?.0.device();
-        macro_rules! collect {
-            ($v:ident) => {{
-                let mut typed = Vec::with_capacity(parts.len());
-                for (s, l) in parts {
-                    match s {
-                        Storage::$v(s) => typed.push((s, *l)),
-                        s => return Err(Error::DeviceMismatch { op: "cat", lhs: device, rhs: s.device() }),
-                    }
-                }
-                Storage::$v(BackendStorage::cat(&typed, dim)?)
-            }};
-        }
-        Ok(match parts[0].0 {
-            Storage::Cpu(_) => collect!(Cpu),
-            Storage::Cuda(_) => collect!(Cuda),
-            Storage::Wgpu(_) => collect!(Wgpu),
+        let first = parts.first().ok_or_else(|| Error::invalid("cat", "no tensors given"))?;
+        Ok(match first.0 {
+            Storage::Cpu(_) => Storage::Cpu(BackendStorage::cat(&typed_parts!("cat", parts, Cpu), dim)?),
+            Storage::Cuda(_) => Storage::Cuda(BackendStorage::cat(&typed_parts!("cat", parts, Cuda), dim)?),
+            Storage::Wgpu(_) => Storage::Wgpu(BackendStorage::cat(&typed_parts!("cat", parts, Wgpu), dim)?),
+        })
+    }
+
+    /// A fused op's forward on the inputs' backend (`None`: compose it from other ops).
+    pub fn fused(op: &dyn FusedOp, parts: &[(&Storage, &Layout)]) -> Result<Option<Storage>> {
+        let first = parts.first().ok_or_else(|| Error::invalid(op.name(), "no inputs"))?;
+        Ok(match first.0 {
+            Storage::Cpu(_) => BackendStorage::fused(op, &typed_parts!(op.name(), parts, Cpu))?.map(Storage::Cpu),
+            Storage::Cuda(_) => BackendStorage::fused(op, &typed_parts!(op.name(), parts, Cuda))?.map(Storage::Cuda),
+            Storage::Wgpu(_) => BackendStorage::fused(op, &typed_parts!(op.name(), parts, Wgpu))?.map(Storage::Wgpu),
         })
     }
 }

@@ -8,7 +8,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use rnn_core::op::{BinaryOp, CmpOp, UnaryOp};
+use rnn_core::op_table::{BinaryOp, CmpOp, UnaryOp};
 use rnn_core::{DType, Device, Dims, Result, Tensor};
 use rnn_testutil::{dtypes, floats, supports, test_device};
 
@@ -130,10 +130,15 @@ fn cycled(vals: &[i64], n: usize) -> Vec<i64> {
     (0..n).map(|i| if vals.is_empty() { 0 } else { vals[i % vals.len()] }).collect()
 }
 
-/// Whether every index (as stored in `dtype`: unsigned types clamp negatives to 0) is below `size`.
+/// Whether every index (as stored in `dtype`: casts between integers wrap, as in PyTorch) is
+/// below `size`.
 fn all_in_range(vals: &[i64], dtype: DType, size: usize) -> bool {
     vals.iter().all(|&v| {
-        let v = if dtype == DType::I64 { v } else { v.max(0) };
+        let v = match dtype {
+            DType::U8 => i64::from(v as u8),
+            DType::U32 => i64::from(v as u32),
+            _ => v,
+        };
         v >= 0 && (v as usize) < size
     })
 }

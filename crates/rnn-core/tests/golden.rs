@@ -15,7 +15,7 @@
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use rnn_core::op::{BinaryOp, UnaryOp};
+use rnn_core::op_table::{BinaryOp, UnaryOp};
 use rnn_core::{AllDims, DType, Device, Result, Tensor};
 use rnn_testutil::{max_rel_err, supports, test_device, tol_on, tolerance, values};
 use serde_json::Value;

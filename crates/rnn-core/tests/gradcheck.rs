@@ -11,7 +11,7 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rnn_core::op::{BinaryOp, UnaryOp};
+use rnn_core::op_table::{BinaryOp, UnaryOp};
 use rnn_core::{no_grad, DType, Device, Epilogue, GradStore, NoGradGuard, Result, Tensor};
 use rnn_testutil::{floats, max_rel_err, test_device, tol_on, tolerance, values, widest_float, GRADCHECK_TOL};
 

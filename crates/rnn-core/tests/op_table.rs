@@ -1,7 +1,7 @@
 //! The op table is the single definition of every elementwise op: each entry must be
 //! complete (CPU formula, CUDA and WGSL expressions) and runnable on every backend.
 
-use rnn_core::op::{BinaryOp, CmpOp, UnaryOp};
+use rnn_core::op_table::{BinaryOp, CmpOp, UnaryOp};
 use rnn_core::{DType, Device, Result, Tensor};
 use rnn_testutil::*;
 use std::collections::HashSet;

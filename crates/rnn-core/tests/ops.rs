@@ -8,7 +8,7 @@
 use half::{bf16, f16};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use rnn_core::op::{BinaryOp, CmpOp, UnaryOp};
+use rnn_core::op_table::{BinaryOp, CmpOp, UnaryOp};
 use rnn_core::{manual_seed, DType, Device, Epilogue, Result, Tensor};
 use rnn_testutil::reference::*;
 use rnn_testutil::*;

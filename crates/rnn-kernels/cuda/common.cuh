@@ -1,11 +1,16 @@
 // Shared by every CUDA kernel of the rnn CUDA backend (prepended to each source).
 //
 // Every kernel is `extern "C" __global__ void kernel(const Info info, buffers...)`. `info`
-// holds a kernel's sizes and operand layouts as 64-bit words; a layout stored at w[base] is:
-// rank, start offset, dims[rank], strides[rank] (in elements), so that `strided_offset` is
-// the one place where strided indexing is written in CUDA C.
+// holds a kernel's sizes and operand layouts as 64-bit words, built on the host by
+// `Target::info` (rnn-core, gpu/plan.rs) for CUDA and WGSL alike; a layout stored at w[base]
+// is: rank, start offset, dims[rank], strides[rank] (in elements), or CONTIGUOUS, start
+// offset, so that `strided_offset` is the one place where strided indexing is written in
+// CUDA C. The half types (and their headers, which not every install has) are only part of
+// kernels on f16 / bf16 data: the host defines RNN_HALF for those.
+#ifdef RNN_HALF
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#endif
 
 #define INFO_WORDS 96
 #define BLOCK 256
@@ -19,10 +24,14 @@ struct Info {
     u64 w[INFO_WORDS];
 };
 
+// The rank word of a contiguous layout: its element `i` is at `start + i`.
+#define CONTIGUOUS 0xffffffffull
+
 // Storage position of the row-major linear index `i` of the layout at info.w[base].
 __device__ __forceinline__ u64 strided_offset(const Info& info, u64 i, u64 base) {
     const u64 rank = info.w[base];
     u64 offset = info.w[base + 1];
+    if (rank == CONTIGUOUS) return offset + i;
     for (u64 d = rank; d > 0; --d) {
         const u64 size = info.w[base + 1 + d];
         const u64 stride = info.w[base + 1 + rank + d];
@@ -32,29 +41,33 @@ __device__ __forceinline__ u64 strided_offset(const Info& info, u64 i, u64 base)
     return offset;
 }
 
-// `strided_offset` for a contiguous layout.
-__device__ __forceinline__ u64 contiguous_offset(const Info& info, u64 i, u64 base) {
-    return info.w[base + 1] + i;
-}
-
 // The first element index of this thread and the grid-stride step.
 __device__ __forceinline__ u64 thread_start() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ u64 grid_step() { return (u64)gridDim.x * blockDim.x; }
 
 // Loads as the compute type (half types compute in float) and stores back from it.
+template <typename T> __device__ __forceinline__ T load(T x) { return x; }
+template <typename O, typename C> __device__ __forceinline__ O store(C x) { return (O)x; }
+#ifdef RNN_HALF
 __device__ __forceinline__ float load(__half x) { return __half2float(x); }
 __device__ __forceinline__ float load(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T load(T x) { return x; }
-
-template <typename O, typename C> __device__ __forceinline__ O store(C x) { return (O)x; }
 template <> __device__ __forceinline__ __half store<__half, float>(float x) { return __float2half(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16, float>(float x) { return __float2bfloat16(x); }
+#endif
 
-// Float to integer with Rust `as` semantics: truncate, saturate, NaN -> 0.
+// The largest value of an integer type (returned for a float at or above it: converting
+// an out-of-range double is undefined in C++, and 2^63 - 1 is not a double).
+template <typename I> __device__ __forceinline__ I int_max();
+template <> __device__ __forceinline__ u8 int_max<u8>() { return 255; }
+template <> __device__ __forceinline__ u32 int_max<u32>() { return 0xffffffffu; }
+template <> __device__ __forceinline__ i64 int_max<i64>() { return (i64)0x7fffffffffffffffull; }
+
+// Float to integer with Rust `as` semantics: truncate, saturate, NaN -> 0. `lo` (exact in
+// a double for every integer type) and `hi` are the type's range as doubles.
 template <typename I> __device__ __forceinline__ I float_to_int(double x, double lo, double hi) {
     if (x != x) return (I)0;
     if (x <= lo) return (I)lo;
-    if (x >= hi) return (I)hi;
+    if (x >= hi) return int_max<I>();
     return (I)x;
 }
 

@@ -3,7 +3,7 @@
 extern "C" __global__ void kernel(const Info info, const {{T}}* __restrict__ src, {{O}}* __restrict__ out) {
     const u64 n = info.w[0];
     for (u64 i = thread_start(); i < n; i += grid_step()) {
-        const {{T}} x = src[{{index_x}}(info, i, info.w[1])];
-        out[{{index_out}}(info, i, info.w[2])] = {{convert}};
+        const {{T}} x = src[strided_offset(info, i, info.w[1])];
+        out[strided_offset(info, i, info.w[2])] = {{convert}};
     }
 }

@@ -13,10 +13,12 @@ __device__ __forceinline__ u32 add(u32 a, u32 b) { return a + b; }
 __device__ __forceinline__ i64 add(i64 a, i64 b) { return (i64)((u64)a + (u64)b); }
 __device__ __forceinline__ float add(float a, float b) { return a + b; }
 __device__ __forceinline__ double add(double a, double b) { return a + b; }
+#ifdef RNN_HALF
 __device__ __forceinline__ __half add(__half a, __half b) { return __float2half(__half2float(a) + __half2float(b)); }
 __device__ __forceinline__ __nv_bfloat16 add(__nv_bfloat16 a, __nv_bfloat16 b) {
     return __float2bfloat16(__bfloat162float(a) + __bfloat162float(b));
 }
+#endif
 
 // The window position along one dim whose kernel offset `t` reads input index `y` (stride,
 // padding, dilation at info.w[geo], info.w[geo + 2], info.w[geo + 4]; `count` positions),
@@ -45,7 +47,7 @@ extern "C" __global__ void kernel(const Info info, const T* __restrict__ cols, T
             for (u64 kj = 0; kj < kw; ++kj) {
                 const u64 ow = window_index(info, x, kj, wo, 8);
                 if (ow == wo) continue;
-                sum = add(sum, cols[{{index_cols}}(info, first + ((ki * kw + kj) * ho + oh) * wo + ow, info.w[13])]);
+                sum = add(sum, cols[strided_offset(info, first + ((ki * kw + kj) * ho + oh) * wo + ow, info.w[13])]);
             }
         }
         out[i] = sum;

@@ -24,6 +24,6 @@ extern "C" __global__ void kernel(const Info info, const T* __restrict__ x, cons
             continue;
         }
         const u64 o = i / (inner * m);
-        out[i] = x[{{index_x}}(info, (o * size + (u64)id) * inner + i % inner, info.w[6])];
+        out[i] = x[strided_offset(info, (o * size + (u64)id) * inner + i % inner, info.w[6])];
     }
 }

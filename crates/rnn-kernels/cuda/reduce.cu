@@ -5,7 +5,7 @@
 // layout, base of the reduced layout.
 //
 // The reducer `R` (one of the structs below) fixes the accumulator, the merge and the stored
-// output type; the reduced layout is read through `{{index_r}}`. `mode` picks the work split:
+// output type; the reduced layout is read through `strided_offset`. `mode` picks the work split:
 //   0: one thread per output (short reductions, or outputs adjacent in memory);
 //   1: one warp per output (warp shuffles);
 //   2: one block per output (warp shuffles, then shared memory across the warps);
@@ -146,7 +146,7 @@ __device__ __forceinline__ Acc block_merge(Acc a, Acc* part) {
 
 // Element j of the output whose kept position is `base`.
 __device__ __forceinline__ Acc element(const Info& info, const T* __restrict__ x, u64 base, u64 j) {
-    return R::element(x[base + {{index_r}}(info, j, info.w[5])], j);
+    return R::element(x[base + strided_offset(info, j, info.w[5])], j);
 }
 
 extern "C" __global__ void kernel(const Info info, const T* __restrict__ x, R::Out* __restrict__ out,

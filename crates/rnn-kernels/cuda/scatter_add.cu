@@ -16,6 +16,7 @@ __device__ __forceinline__ u32* word_of(const void* p, u32* shift) {
     return (u32*)(at & ~(size_t)3);
 }
 
+#ifdef RNN_HALF
 __device__ __forceinline__ __half from_bits(unsigned short b, __half*) { return __ushort_as_half(b); }
 __device__ __forceinline__ __nv_bfloat16 from_bits(unsigned short b, __nv_bfloat16*) { return __ushort_as_bfloat16(b); }
 __device__ __forceinline__ unsigned short to_bits(__half h) { return __half_as_ushort(h); }
@@ -35,6 +36,8 @@ template <typename H> __device__ __forceinline__ void atomic_add_16(H* p, H v) {
     } while (old != assumed);
 }
 
+#endif
+
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add(double* p, double v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add(u32* p, u32 v) { atomicAdd(p, v); }
@@ -51,6 +54,7 @@ __device__ __forceinline__ void atomic_add(u8* p, u8 v) {
         old = atomicCAS(w, assumed, (assumed & ~(0xffu << shift)) | (byte << shift));
     } while (old != assumed);
 }
+#ifdef RNN_HALF
 __device__ __forceinline__ void atomic_add(__half* p, __half v) {
 #if __CUDA_ARCH__ >= 700
     atomicAdd(p, v);
@@ -65,6 +69,7 @@ __device__ __forceinline__ void atomic_add(__nv_bfloat16* p, __nv_bfloat16 v) {
     atomic_add_16(p, v);
 #endif
 }
+#endif
 
 extern "C" __global__ void kernel(const Info info, const K* __restrict__ ids, const T* __restrict__ src,
                                   T* __restrict__ out, u64* __restrict__ bad) {
@@ -76,6 +81,6 @@ extern "C" __global__ void kernel(const Info info, const K* __restrict__ ids, co
             continue;
         }
         const u64 e = (i / (inner * m) * size + (u64)id) * inner + i % inner;
-        atomic_add(&out[e], src[{{index_src}}(info, i, info.w[5])]);
+        atomic_add(&out[e], src[strided_offset(info, i, info.w[5])]);
     }
 }

@@ -26,6 +26,6 @@ extern "C" __global__ void kernel(const Info info, const T* __restrict__ x, T* _
         const u64 plane = i / (positions * taps);
         const u64 row = source_index(info, pos / wo, tap / kw, h, 7);
         const u64 col = source_index(info, pos % wo, tap % kw, w, 8);
-        out[i] = row == h || col == w ? pad : x[{{index_x}}(info, (plane * h + row) * w + col, info.w[14])];
+        out[i] = row == h || col == w ? pad : x[strided_offset(info, (plane * h + row) * w + col, info.w[14])];
     }
 }

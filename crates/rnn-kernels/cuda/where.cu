@@ -4,7 +4,7 @@ extern "C" __global__ void kernel(const Info info, const {{K}}* __restrict__ con
                                   const {{T}}* __restrict__ on_false, {{T}}* __restrict__ out) {
     const u64 n = info.w[0];
     for (u64 i = thread_start(); i < n; i += grid_step()) {
-        const bool c = cond[{{index_c}}(info, i, info.w[1])] != 0;
-        out[i] = c ? on_true[{{index_t}}(info, i, info.w[2])] : on_false[{{index_f}}(info, i, info.w[3])];
+        const bool c = cond[strided_offset(info, i, info.w[1])] != 0;
+        out[i] = c ? on_true[strided_offset(info, i, info.w[2])] : on_false[strided_offset(info, i, info.w[3])];
     }
 }

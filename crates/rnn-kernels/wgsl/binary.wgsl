@@ -1,7 +1,7 @@
 // out[i] = f(lhs[layout_a(i)], rhs[layout_b(i)]) with both layouts already broadcast to the
 // output shape. Operands are loaded as {{C}} (f32 for floats); `{{store}}` applies the op
-// table's expression of `a` and `b` and converts to the storage type.
-// info: n, base of lhs layout, base of rhs layout.
+// table's expression of `a` and `b` and converts to the stored type.
+// info: n, base of the lhs layout, base of the rhs layout.
 @group(0) @binding(1) var<storage, read> lhs: array<{{T}}>;
 @group(0) @binding(2) var<storage, read> rhs: array<{{T}}>;
 @group(0) @binding(3) var<storage, read_write> out: array<{{T}}>;
@@ -9,9 +9,9 @@
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let i = thread_id(wid, nwg, lid);
-    if (i >= info[0]) { return; }
-    let a = {{C}}(lhs[{{index_a}}(i, info[1])]);
-    let b = {{C}}(rhs[{{index_b}}(i, info[2])]);
-    out[i] = {{store}};
+    for (var i = thread_start(wid, lid); i < info[0]; i = i + grid_step(nwg)) {
+        let a = {{C}}(lhs[strided_offset(i, info[1])]);
+        let b = {{C}}(rhs[strided_offset(i, info[2])]);
+        out[i] = {{store}};
+    }
 }

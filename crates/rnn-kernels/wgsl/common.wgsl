@@ -1,16 +1,24 @@
 // Shared by every WGSL kernel of the rnn wgpu backend (prepended to each source).
 //
-// `info` holds a kernel's sizes and operand layouts as u32 words. A layout stored at
-// info[base] is: rank, start offset, dims[rank], strides[rank] (in elements), so that
-// `strided_offset` is the one place where strided indexing is written in WGSL.
+// `info` holds a kernel's sizes and operand layouts as u32 words, built on the host by
+// `Target::info` (rnn-core, gpu/plan.rs) for CUDA and WGSL alike. A layout stored at
+// info[base] is: rank, start offset, dims[rank], strides[rank] (in elements), or
+// CONTIGUOUS, start offset.
 
 @group(0) @binding(0) var<storage, read> info: array<u32>;
 
 const WG: u32 = 256u;
 
-// Storage position of the row-major linear index `i` of the layout at info[base].
+// The rank word of a contiguous layout: its element `i` is at `start + i`.
+const CONTIGUOUS: u32 = 0xffffffffu;
+
+// Storage position of the row-major linear index `i` of the layout at info[base]. The one
+// place where strided indexing is written in WGSL.
 fn strided_offset(i: u32, base: u32) -> u32 {
     let rank = info[base];
+    if (rank == CONTIGUOUS) {
+        return info[base + 1u] + i;
+    }
     var offset = info[base + 1u];
     var rest = i;
     for (var d = rank; d > 0u; d = d - 1u) {
@@ -22,20 +30,15 @@ fn strided_offset(i: u32, base: u32) -> u32 {
     return offset;
 }
 
-// `strided_offset` for a contiguous layout: no index arithmetic per dim. Templates call
-// an `index_*` placeholder, filled with one or the other by the backend.
-fn contiguous_offset(i: u32, base: u32) -> u32 {
-    return info[base + 1u] + i;
+// Kernels loop over their elements with a grid stride: thread `thread_start` handles
+// elements thread_start, thread_start + grid_step, ... (the grid is capped by the host).
+// Element counts stay below 2^31 (the largest storage binding), so the loops cannot wrap.
+fn thread_start(wid: vec3<u32>, lid: u32) -> u32 {
+    return wid.x * WG + lid;
 }
 
-// The global index of a thread when workgroups are laid out over a 2-D grid (a 1-D grid
-// is limited to 65535 workgroups).
-fn thread_id(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-    return (wid.x + wid.y * nwg.x) * WG + lid;
-}
-
-fn group_id(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return wid.x + wid.y * nwg.x;
+fn grid_step(nwg: vec3<u32>) -> u32 {
+    return nwg.x * WG;
 }
 
 // erf to ~1e-7 relative error (Abramowitz-Stegun 7.1.26 is too coarse for gradient checks;

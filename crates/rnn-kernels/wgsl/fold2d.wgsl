@@ -21,28 +21,28 @@ fn window_index(y: u32, t: u32, count: u32, geo: u32) -> u32 {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let i = thread_id(wid, nwg, lid);
-    if (i >= info[0]) { return; }
     let h = info[1];
     let w = info[2];
     let ho = info[3];
     let wo = info[4];
     let kh = info[5];
     let kw = info[6];
-    let x = i % w;
-    let y = (i / w) % h;
-    let plane = i / (h * w);
-    let first = plane * kh * kw * ho * wo;
-    var sum = {{C}}(0);
-    for (var ki = 0u; ki < kh; ki = ki + 1u) {
-        let oh = window_index(y, ki, ho, 7u);
-        if (oh == ho) { continue; }
-        for (var kj = 0u; kj < kw; kj = kj + 1u) {
-            let ow = window_index(x, kj, wo, 8u);
-            if (ow == wo) { continue; }
-            let at = first + ((ki * kw + kj) * ho + oh) * wo + ow;
-            sum = sum + {{C}}(cols[strided_offset(at, info[13])]);
+    for (var i = thread_start(wid, lid); i < info[0]; i = i + grid_step(nwg)) {
+        let x = i % w;
+        let y = (i / w) % h;
+        let plane = i / (h * w);
+        let first = plane * kh * kw * ho * wo;
+        var sum = {{C}}(0);
+        for (var ki = 0u; ki < kh; ki = ki + 1u) {
+            let oh = window_index(y, ki, ho, 7u);
+            if (oh == ho) { continue; }
+            for (var kj = 0u; kj < kw; kj = kj + 1u) {
+                let ow = window_index(x, kj, wo, 8u);
+                if (ow == wo) { continue; }
+                let at = first + ((ki * kw + kj) * ho + oh) * wo + ow;
+                sum = sum + {{C}}(cols[strided_offset(at, info[13])]);
+            }
         }
+        out[i] = {{store}};
     }
-    out[i] = {{store}};
 }

@@ -1,13 +1,22 @@
-// Reductions: out[o] = the reduction over j < r of x[layout(o * r + j)], where the layout
-// views the input with the kept dims first and the reduced dims last.
-// info: outer (number of outputs), r (elements per output), base of the layout.
+// Reductions: out[o] = the reduction over j < r of x[kept(o) + reduced(j)], where `kept` is
+// the layout of the dims that stay (with the input's start offset) and `reduced` the layout
+// of the reduced dims (start 0), both with adjacent dims merged (the same plan as CUDA's).
+// info: outer (number of outputs), r (elements per output), mode, chunk, base of the kept
+// layout, base of the reduced layout.
 //
 // `{{op}}` picks the accumulator: `fsum` (floats, in f32), `isum` (integers, exact in 64
 // bits) or `ext` (max / min and its position). `{{finish}}` turns an accumulator `a` into
-// the stored output. `{{per_thread}}` picks one thread per output (short reductions) or
-// one workgroup per output (a strided loop, then a tree in workgroup memory).
+// the stored output. `mode` picks the work split:
+//   0: one thread per output (short reductions, or outputs adjacent in memory);
+//   2: one workgroup per output (a strided loop, then a tree in workgroup memory);
+//   3: one workgroup per `chunk` elements of an output, writing partial results to `part`
+//      (outer * ceil(r / chunk) of them, output-major), which mode 4 then reduces;
+//   4: one workgroup per output over its parts in `part`.
+// (Mode 1, a warp per output, exists on CUDA only.) Partial results carry positions, so the
+// merge order never changes max / min / arg results.
 @group(0) @binding(1) var<storage, read> x: array<{{T}}>;
 @group(0) @binding(2) var<storage, read_write> out: array<{{O}}>;
+@group(0) @binding(3) var<storage, read_write> part: array<Acc>;
 
 const NONE: u32 = 0xffffffffu;
 
@@ -85,9 +94,9 @@ fn ext_merge(a: Acc, b: Acc) -> Acc {
     return a;
 }
 
-// Element j of output o.
-fn element(o: u32, j: u32) -> Acc {
-    let v = x[strided_offset(o * info[1] + j, info[2])];
+// Element j of the output whose kept position is `base`.
+fn element(base: u32, j: u32) -> Acc {
+    let v = x[base + strided_offset(j, info[5])];
     return {{op}}_element({{C}}(v), j);
 }
 
@@ -95,42 +104,72 @@ fn finish(a: Acc) -> {{O}} {
     return {{finish}};
 }
 
-fn reduce_thread(o: u32) {
-    if (o >= info[0]) { return; }
-    var a = {{op}}_identity();
-    for (var j = 0u; j < info[1]; j = j + 1u) {
-        a = {{op}}_merge(a, element(o, j));
-    }
-    out[o] = finish(a);
-}
+var<workgroup> tree: array<Acc, WG>;
 
-var<workgroup> part: array<Acc, WG>;
-
-fn reduce_group(o: u32, lid: u32) {
-    if (o >= info[0]) { return; }
-    var a = {{op}}_identity();
-    for (var j = lid; j < info[1]; j = j + WG) {
-        a = {{op}}_merge(a, element(o, j));
-    }
-    part[lid] = a;
+// The merge of every thread's `a` in the workgroup, returned to all of them.
+fn group_merge(a: Acc, lid: u32) -> Acc {
+    tree[lid] = a;
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s = s >> 1u) {
         if (lid < s) {
-            part[lid] = {{op}}_merge(part[lid], part[lid + s]);
+            tree[lid] = {{op}}_merge(tree[lid], tree[lid + s]);
         }
         workgroupBarrier();
     }
-    if (lid == 0u) {
-        out[o] = finish(part[0]);
-    }
+    let total = tree[0];
+    workgroupBarrier();
+    return total;
 }
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    if ({{per_thread}}) {
-        reduce_thread(thread_id(wid, nwg, lid));
-    } else {
-        reduce_group(group_id(wid, nwg), lid);
+    let outer = info[0];
+    let r = info[1];
+    let mode = info[2];
+    let chunk = info[3];
+    if (mode == 0u) {
+        for (var o = thread_start(wid, lid); o < outer; o = o + grid_step(nwg)) {
+            let base = strided_offset(o, info[4]);
+            var a = {{op}}_identity();
+            for (var j = 0u; j < r; j = j + 1u) {
+                a = {{op}}_merge(a, element(base, j));
+            }
+            out[o] = finish(a);
+        }
+        return;
+    }
+    let parts = select(1u, (r + chunk - 1u) / chunk, mode != 2u);
+    if (mode == 4u) {
+        for (var o = wid.x; o < outer; o = o + nwg.x) {
+            var a = {{op}}_identity();
+            for (var k = lid; k < parts; k = k + WG) {
+                a = {{op}}_merge(a, part[o * parts + k]);
+            }
+            a = group_merge(a, lid);
+            if (lid == 0u) { out[o] = finish(a); }
+        }
+        return;
+    }
+    // Modes 2 and 3: workgroup b reduces elements [c * len, (c + 1) * len) of output
+    // b / parts, c = b % parts (one part of all r elements in mode 2).
+    let len = select(r, chunk, mode == 3u);
+    for (var b = wid.x; b < outer * parts; b = b + nwg.x) {
+        let o = b / parts;
+        let first = (b % parts) * len;
+        let end = min(first + len, r);
+        let base = strided_offset(o, info[4]);
+        var a = {{op}}_identity();
+        for (var j = first + lid; j < end; j = j + WG) {
+            a = {{op}}_merge(a, element(base, j));
+        }
+        a = group_merge(a, lid);
+        if (lid == 0u) {
+            if (mode == 3u) {
+                part[b] = a;
+            } else {
+                out[o] = finish(a);
+            }
+        }
     }
 }

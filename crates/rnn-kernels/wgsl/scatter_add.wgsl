@@ -29,22 +29,23 @@ fn added(old: u32, e: u32, v: {{T}}) -> u32 {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let i = thread_id(wid, nwg, lid);
-    if (i >= info[0]) { return; }
-    let id = ids[strided_offset(i, info[4])];
+    let m = info[1];
     let size = info[2];
-    if (!in_range(id, size)) {
-        atomicMin(&bad, i);
-        return;
-    }
     let inner = info[3];
-    let e = (i / (inner * info[1]) * size + u32(id)) * inner + i % inner;
-    let v = src[strided_offset(i, info[5])];
-    let w = e / {{per_word}};
-    var old = atomicLoad(&out[w]);
-    loop {
-        let r = atomicCompareExchangeWeak(&out[w], old, added(old, e, v));
-        if (r.exchanged) { break; }
-        old = r.old_value;
+    for (var i = thread_start(wid, lid); i < info[0]; i = i + grid_step(nwg)) {
+        let id = ids[strided_offset(i, info[4])];
+        if (!in_range(id, size)) {
+            atomicMin(&bad, i);
+            continue;
+        }
+        let e = (i / (inner * m) * size + u32(id)) * inner + i % inner;
+        let v = src[strided_offset(i, info[5])];
+        let w = e / {{per_word}};
+        var old = atomicLoad(&out[w]);
+        loop {
+            let r = atomicCompareExchangeWeak(&out[w], old, added(old, e, v));
+            if (r.exchanged) { break; }
+            old = r.old_value;
+        }
     }
 }

@@ -1,7 +1,8 @@
 // Softmax (or log-softmax when `{{log}}`) of each row of n elements, one workgroup per row:
-// the row's max, the sum of exp(x - max), then the outputs, all computed in f32.
-// Element k of row `row` is x[layout(row * n + k)]; the output is contiguous.
-// info: rows, n, base of the layout.
+// the row's max, the sum of exp(x - max), then the outputs, all computed in f32. Element k
+// of row `row` is x[rows(row) + k * stride], with `rows` the layout of the other dims; the
+// output is contiguous.
+// info: rows, n, stride of the last dim, base of the rows layout.
 @group(0) @binding(1) var<storage, read> x: array<{{T}}>;
 @group(0) @binding(2) var<storage, read_write> out: array<{{T}}>;
 
@@ -25,31 +26,29 @@ fn combine(v: f32, lid: u32, is_max: bool) -> f32 {
     return total;
 }
 
-fn load(row: u32, k: u32) -> f32 {
-    return f32(x[strided_offset(row * info[1] + k, info[2])]);
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let row = group_id(wid, nwg);
     let n = info[1];
-    if (row >= info[0]) { return; }
-    var m = bitcast<f32>(0xff800000u);
-    for (var k = lid; k < n; k = k + WG) {
-        let v = load(row, k);
-        m = select(m, v, v > m);
-    }
-    m = combine(m, lid, true);
-    var s = 0.0;
-    for (var k = lid; k < n; k = k + WG) {
-        s = s + exp(load(row, k) - m);
-    }
-    s = combine(s, lid, false);
-    let log_sum = log(s);
-    let inv = 1.0 / s;
-    for (var k = lid; k < n; k = k + WG) {
-        let e = load(row, k) - m;
-        out[row * n + k] = {{T}}(select(exp(e) * inv, e - log_sum, {{log}}));
+    let stride = info[2];
+    for (var row = wid.x; row < info[0]; row = row + nwg.x) {
+        let first = strided_offset(row, info[3]);
+        var m = bitcast<f32>(0xff800000u);
+        for (var k = lid; k < n; k = k + WG) {
+            let v = f32(x[first + k * stride]);
+            m = select(m, v, v > m);
+        }
+        m = combine(m, lid, true);
+        var s = 0.0;
+        for (var k = lid; k < n; k = k + WG) {
+            s = s + exp(f32(x[first + k * stride]) - m);
+        }
+        s = combine(s, lid, false);
+        let log_sum = log(s);
+        let inv = 1.0 / s;
+        for (var k = lid; k < n; k = k + WG) {
+            let e = f32(x[first + k * stride]) - m;
+            out[row * n + k] = {{T}}(select(exp(e) * inv, e - log_sum, {{log}}));
+        }
     }
 }

@@ -18,22 +18,22 @@ fn source_index(o: u32, t: u32, size: u32, geo: u32) -> u32 {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let i = thread_id(wid, nwg, lid);
-    if (i >= info[0]) { return; }
     let h = info[1];
     let w = info[2];
     let wo = info[4];
     let kw = info[6];
     let positions = info[3] * wo;
     let taps = info[5] * kw;
-    let pos = i % positions;
-    let tap = (i / positions) % taps;
-    let plane = i / (positions * taps);
-    let row = source_index(pos / wo, tap / kw, h, 7u);
-    let col = source_index(pos % wo, tap % kw, w, 8u);
-    if (row == h || col == w) {
-        out[i] = {{pad}};
-        return;
+    for (var i = thread_start(wid, lid); i < info[0]; i = i + grid_step(nwg)) {
+        let pos = i % positions;
+        let tap = (i / positions) % taps;
+        let plane = i / (positions * taps);
+        let row = source_index(pos / wo, tap / kw, h, 7u);
+        let col = source_index(pos % wo, tap % kw, w, 8u);
+        if (row == h || col == w) {
+            out[i] = {{pad}};
+        } else {
+            out[i] = x[strided_offset((plane * h + row) * w + col, info[14])];
+        }
     }
-    out[i] = x[strided_offset((plane * h + row) * w + col, info[14])];
 }

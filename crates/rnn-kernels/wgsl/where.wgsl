@@ -8,8 +8,8 @@
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let i = thread_id(wid, nwg, lid);
-    if (i >= info[0]) { return; }
-    let c = cond[{{index_c}}(i, info[1])] != {{K}}(0);
-    out[i] = select(on_false[{{index_f}}(i, info[3])], on_true[{{index_t}}(i, info[2])], c);
+    for (var i = thread_start(wid, lid); i < info[0]; i = i + grid_step(nwg)) {
+        let c = cond[strided_offset(i, info[1])] != {{K}}(0);
+        out[i] = select(on_false[strided_offset(i, info[3])], on_true[strided_offset(i, info[2])], c);
+    }
 }

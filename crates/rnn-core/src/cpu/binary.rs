@@ -6,7 +6,7 @@ use super::simd::{map_slice, zip_slice};
 use super::strided::{for_each_row_piece, rows};
 use super::unary::{map, map_with_work};
 use super::CpuStorage;
-use crate::op::{BinaryKernel, BinaryOp, BinaryVisitor, CmpOp};
+use crate::op_table::{BinaryKernel, BinaryOp, BinaryVisitor, CmpOp};
 use crate::{Error, Layout, Result};
 
 fn is_scalar(l: &Layout) -> bool {

@@ -55,12 +55,12 @@ mod binary;
 mod copy;
 mod index;
 mod matmul;
+pub(crate) use matmul::prefers_transposed_product;
 pub mod parallel;
 mod reduce;
-mod simd;
-mod softmax;
+pub(crate) mod simd;
 pub mod strided;
-mod unary;
+pub(crate) mod unary;
 mod window;
 
 impl CpuStorage {

@@ -5,7 +5,7 @@ use rayon::prelude::*;
 
 use super::parallel::{par_fill, PAR_WORK};
 use super::CpuStorage;
-use crate::op::ReduceOp;
+use crate::op_table::ReduceOp;
 use crate::{Layout, Result, WithDType};
 
 /// Accumulation of one reduction: `step` folds an element (at position `j` of the reduced
@@ -48,23 +48,68 @@ impl<T: WithDType + Default> Reducer<T> for Sum {
     }
 }
 
-/// Max (`GREATER`) or min, optionally returning the position instead of the value.
+/// Exact sums of integers (in 128 bits), saturated to the dtype as the GPU kernels do.
+struct IntSum;
+impl<T: IntElem> Reducer<T> for IntSum {
+    type Acc = i128;
+    type Out = T;
+    fn init(&self) -> i128 {
+        0
+    }
+    fn step(&self, acc: i128, x: T, _: u32) -> i128 {
+        acc + x.wide()
+    }
+    fn merge(&self, a: i128, b: i128) -> i128 {
+        a + b
+    }
+    fn finish(&self, acc: i128) -> T {
+        T::saturated(acc)
+    }
+}
+
+/// The integer dtypes, widened for exact sums.
+trait IntElem: WithDType + Default {
+    fn wide(self) -> i128;
+    fn saturated(v: i128) -> Self;
+}
+
+macro_rules! int_elem {
+    ($($t:ty),*) => {$(
+        impl IntElem for $t {
+            fn wide(self) -> i128 {
+                i128::from(self)
+            }
+            fn saturated(v: i128) -> Self {
+                v.clamp(<$t>::MIN.into(), <$t>::MAX.into()) as $t
+            }
+        }
+    )*};
+}
+int_elem!(u8, u32, i64);
+
+/// One step of max (`GREATER`) or min: the best value so far and its position.
+fn best_step<T: WithDType, const GREATER: bool>(acc: (T, u32), x: T, j: u32) -> (T, u32) {
+    let better = if GREATER { x > acc.0 } else { x < acc.0 };
+    // NaN wins, as in PyTorch: a NaN anywhere makes max and min NaN.
+    if better || acc.1 == u32::MAX || (x.is_nan() && !acc.0.is_nan()) {
+        (x, j)
+    } else {
+        acc
+    }
+}
+
+/// Max (`GREATER`) or min, returning the value (`ARG` false) or its position.
 struct Extreme<const GREATER: bool, const ARG: bool>;
-impl<T: WithDType + Default, const G: bool, const A: bool> Reducer<T> for Extreme<G, A> {
+impl<T: WithDType + Default + bytemuck::Zeroable, const G: bool, const A: bool> Reducer<T> for Extreme<G, A> {
     type Acc = (T, u32);
-    type Out = f64;
+    /// The value's bits or the position, as the wider of the two (see `reduce_typed`).
+    type Out = (T, u32);
     fn init(&self) -> (T, u32) {
         // Saturating casts make this the lowest (highest) value of every dtype.
         (T::from_f64(if G { f64::NEG_INFINITY } else { f64::INFINITY }), u32::MAX)
     }
     fn step(&self, acc: (T, u32), x: T, j: u32) -> (T, u32) {
-        let better = if G { x > acc.0 } else { x < acc.0 };
-        // NaN wins, as in PyTorch: a NaN anywhere makes max and min NaN.
-        if better || acc.1 == u32::MAX || (x.is_nan() && !acc.0.is_nan()) {
-            (x, j)
-        } else {
-            acc
-        }
+        best_step::<T, G>(acc, x, j)
     }
     fn merge(&self, a: (T, u32), b: (T, u32)) -> (T, u32) {
         if b.1 == u32::MAX {
@@ -72,12 +117,8 @@ impl<T: WithDType + Default, const G: bool, const A: bool> Reducer<T> for Extrem
         }
         self.step(a, b.0, b.1)
     }
-    fn finish(&self, acc: (T, u32)) -> f64 {
-        if A {
-            acc.1 as f64
-        } else {
-            acc.0.to_f64()
-        }
+    fn finish(&self, acc: (T, u32)) -> (T, u32) {
+        acc
     }
 }
 
@@ -163,19 +204,23 @@ impl CpuStorage {
 
     fn reduce_block(&self, offset: usize, outer: usize, r: usize, inner: usize, op: ReduceOp) -> Result<CpuStorage> {
         let n = outer * r * inner;
-        cpu_each!(self, v => reduce_typed(&v[offset..offset + n], outer, r, inner, op))
+        let shape = (outer, r, inner);
+        match (self, op) {
+            (CpuStorage::U8(v), ReduceOp::Sum) => Ok(CpuStorage::U8(reduce3(&v[offset..offset + n], outer, r, inner, &IntSum)?)),
+            (CpuStorage::U32(v), ReduceOp::Sum) => Ok(CpuStorage::U32(reduce3(&v[offset..offset + n], outer, r, inner, &IntSum)?)),
+            (CpuStorage::I64(v), ReduceOp::Sum) => Ok(CpuStorage::I64(reduce3(&v[offset..offset + n], outer, r, inner, &IntSum)?)),
+            _ => cpu_each!(self, v => reduce_typed(&v[offset..offset + n], shape, op)),
+        }
     }
 }
 
-fn reduce_typed<T: WithDType + Default>(
+fn reduce_typed<T: WithDType + Default + bytemuck::Zeroable>(
     x: &[T],
-    outer: usize,
-    r: usize,
-    inner: usize,
+    (outer, r, inner): (usize, usize, usize),
     op: ReduceOp,
 ) -> Result<CpuStorage> {
-    let values = |v: Vec<f64>| T::into_storage(v.into_iter().map(T::from_f64).collect());
-    let indices = |v: Vec<f64>| CpuStorage::U32(v.into_iter().map(|i| i as u32).collect());
+    let values = |v: Vec<(T, u32)>| T::into_storage(v.into_iter().map(|(x, _)| x).collect());
+    let indices = |v: Vec<(T, u32)>| CpuStorage::U32(v.into_iter().map(|(_, i)| i).collect());
     Ok(match op {
         ReduceOp::Sum => T::into_storage(reduce3(x, outer, r, inner, &Sum)?),
         ReduceOp::Max => values(reduce3(x, outer, r, inner, &Extreme::<true, false>)?),

@@ -6,7 +6,7 @@ use super::parallel::{par_fill, zeroed_vec, HEAVY};
 use super::simd::map_slice;
 use super::strided::{for_each_row_piece, rows};
 use super::CpuStorage;
-use crate::op::{UnaryKernel, UnaryOp, UnaryVisitor};
+use crate::op_table::{UnaryKernel, UnaryOp, UnaryVisitor};
 use crate::{DType, Error, Layout, Result, WithDType};
 
 /// `f` applied to every element of `src` seen through `l`, in row-major order.
@@ -100,10 +100,28 @@ impl CpuStorage {
         op.visit(CpuUnary { s: self, l, work: work_of(op) })
     }
 
+    /// Converts to `dtype` as PyTorch does: integers to integers wrap (two's complement
+    /// truncation, exact for i64), anything else goes through f64 (exact for every pair of
+    /// our dtypes but i64 above 2^53) with Rust `as` semantics: floats to integers truncate
+    /// and saturate, NaN gives 0, and each float result is rounded once.
     pub fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<CpuStorage> {
         fn cast<T: WithDType, U: WithDType>(v: &[T], l: &Layout) -> Result<CpuStorage> {
-            // Through f64: exact for every pair of our dtypes except i64 above 2^53.
             Ok(U::into_storage(map(v, l, |x| U::from_f64(x.to_f64()))?))
+        }
+        fn wrap<T: Copy + Into<i64> + Send + Sync>(v: &[T], l: &Layout, dtype: DType) -> Result<CpuStorage> {
+            Ok(match dtype {
+                DType::U8 => CpuStorage::U8(map(v, l, |x| x.into() as u8)?),
+                DType::U32 => CpuStorage::U32(map(v, l, |x| x.into() as u32)?),
+                _ => CpuStorage::I64(map(v, l, |x| x.into())?),
+            })
+        }
+        if !self.dtype().is_float() && !dtype.is_float() {
+            return match self {
+                CpuStorage::U8(v) => wrap(v, l, dtype),
+                CpuStorage::U32(v) => wrap(v, l, dtype),
+                CpuStorage::I64(v) => wrap(v, l, dtype),
+                s => Err(Error::Msg(format!("internal: {:?} is not an integer dtype", s.dtype()))),
+            };
         }
         cpu_each!(self, v => match dtype {
             DType::U8 => cast::<_, u8>(v, l),

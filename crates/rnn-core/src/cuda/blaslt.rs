@@ -4,8 +4,9 @@
 //! call on the device's stream (strided batches included), with the algorithm chosen by
 //! cuBLASLt's heuristic once per problem description and cached.
 //!
-//! cuBLASLt is column-major: the caller describes each operand as the column-major matrix it
-//! is in memory (`Matrix`), plus whether cuBLASLt must transpose it.
+//! What to multiply is a `GemmLaunch` (`gpu/gemm.rs`, shared with the host emulator): each
+//! operand as the column-major matrix it is in memory, whether cuBLASLt must transpose it,
+//! and the alignment every batch entry keeps.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -18,40 +19,10 @@ use cudarc::cublaslt::sys;
 use super::context::{driver_err, CudaDevice};
 use super::libs;
 use super::pool::{alloc, PooledBuffer};
-use crate::op::Epilogue;
+use crate::gpu::gemm::{GemmLaunch, Matrix};
+use crate::gpu::GemmOutcome;
+use crate::op_table::Epilogue;
 use crate::{DType, Error, Result};
-
-/// One operand as cuBLASLt reads it: a column-major `rows x cols` matrix with leading
-/// dimension `ld`, read transposed when `trans`, the next matrix of a batch `batch_stride`
-/// elements further (0: the same matrix for every product of the batch).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Matrix {
-    pub rows: u64,
-    pub cols: u64,
-    pub ld: i64,
-    pub trans: bool,
-    pub batch_stride: i64,
-}
-
-/// `d = op(a) @ op(b)` (column-major, `d` never transposed) for `batch` products, with an
-/// optional fused epilogue reading a bias vector of `d.rows` elements at `bias`. Pointers
-/// are device addresses of each operand's first element.
-pub(crate) struct Gemm {
-    pub dtype: DType,
-    pub batch: usize,
-    pub a: (u64, Matrix),
-    pub b: (u64, Matrix),
-    pub d: (u64, Matrix),
-    pub epilogue: Option<(Epilogue, u64)>,
-}
-
-/// Whether `run` enqueued the product, or cuBLASLt has no algorithm for the requested
-/// epilogue (the caller then applies it with elementwise ops).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    Done,
-    EpilogueUnsupported,
-}
 
 /// Whether f32 products may use TF32 tensor cores (`RNN_CUDA_TF32=1`); full f32 otherwise.
 fn tf32() -> bool {
@@ -76,12 +47,6 @@ fn types(dtype: DType) -> Option<(sys::cudaDataType, sys::cublasComputeType_t, s
 
 fn blas_err(ordinal: usize, what: &'static str) -> impl Fn(CublasError) -> Error {
     move |e| Error::Msg(format!("cuda:{ordinal}: cuBLASLt {what}: {:?}", e.0))
-}
-
-/// The largest power of two (at most 256) dividing a device address: cuBLASLt assumes 256-byte
-/// aligned operands unless told otherwise, and views of a buffer start anywhere in it.
-fn alignment(ptr: u64) -> u32 {
-    1 << ptr.trailing_zeros().min(8)
 }
 
 /// What the chosen algorithm depends on.
@@ -183,7 +148,7 @@ fn matrix_layout(ty: sys::cudaDataType, m: &Matrix, batch: i32) -> std::result::
 }
 
 fn matmul_desc(
-    g: &Gemm,
+    g: &GemmLaunch,
     compute: sys::cublasComputeType_t,
     scale: sys::cudaDataType,
     bias: Option<(Epilogue, u64)>,
@@ -192,7 +157,7 @@ fn matmul_desc(
     use sys::cublasLtMatmulDescAttributes_t::*;
     let desc = MatmulDesc(lt::create_matmul_desc(compute, scale)?);
     // cublasOperation_t: CUBLAS_OP_N = 0, CUBLAS_OP_T = 1.
-    let (ta, tb) = (g.a.1.trans as i32, g.b.1.trans as i32);
+    let (ta, tb) = (g.a.matrix.trans as i32, g.b.matrix.trans as i32);
     // SAFETY: the descriptor is live; each value has the type its attribute documents
     // (int32 operations, uint32 epilogue, a device pointer for the bias).
     unsafe {
@@ -238,8 +203,16 @@ fn matmul_pref(workspace: usize, alignments: [u32; 3]) -> std::result::Result<Ma
     Ok(pref)
 }
 
+/// The device addresses of a product's operands: a, b, d and the bias.
+pub(crate) struct Pointers {
+    pub a: u64,
+    pub b: u64,
+    pub d: u64,
+    pub bias: Option<u64>,
+}
+
 /// Enqueues `g` on `dev`'s stream. Batches past `i32::MAX` products are split.
-pub(crate) fn run(dev: &Arc<CudaDevice>, g: &Gemm) -> Result<Outcome> {
+pub(crate) fn run(dev: &Arc<CudaDevice>, g: &GemmLaunch, p: &Pointers) -> Result<GemmOutcome> {
     let (ty, compute, scale) =
         types(g.dtype).ok_or(Error::UnsupportedDType { op: "matmul", dtype: g.dtype, hint: ": use a float dtype" })?;
     let h = handle(dev)?;
@@ -249,39 +222,41 @@ pub(crate) fn run(dev: &Arc<CudaDevice>, g: &Gemm) -> Result<Outcome> {
     let mut start = 0;
     while start < g.batch {
         let count = (g.batch - start).min(i32::MAX as usize);
-        let at = |(ptr, m): (u64, Matrix)| ptr + start as u64 * m.batch_stride as u64 * size;
-        let ptrs = [at(g.a), at(g.b), at(g.d)];
-        let outcome =
-            libs::guarded("cublasLtMatmul", || enqueue(dev, &mut h, g, ptrs, count as i32, (ty, compute, scale)))??;
-        if outcome != Outcome::Done {
+        let at = |ptr: u64, m: &Matrix| ptr + start as u64 * m.batch_stride as u64 * size;
+        let ptrs = [at(p.a, &g.a.matrix), at(p.b, &g.b.matrix), at(p.d, &g.d.matrix)];
+        let bias = g.bias.zip(p.bias).map(|((act, _, _), ptr)| (act, ptr));
+        let outcome = libs::guarded("cublasLtMatmul", || {
+            enqueue(dev, &mut h, g, (ptrs, bias), count as i32, (ty, compute, scale))
+        })??;
+        if outcome != GemmOutcome::Done {
             return Ok(outcome);
         }
         start += count;
     }
-    Ok(Outcome::Done)
+    Ok(GemmOutcome::Done)
 }
 
 fn enqueue(
     dev: &CudaDevice,
     h: &mut Handle,
-    g: &Gemm,
-    [a, b, d]: [u64; 3],
+    g: &GemmLaunch,
+    ([a, b, d], bias): ([u64; 3], Option<(Epilogue, u64)>),
     batch: i32,
     (ty, compute, scale): (sys::cudaDataType, sys::cublasComputeType_t, sys::cudaDataType),
-) -> Result<Outcome> {
+) -> Result<GemmOutcome> {
     let err = |what| blas_err(dev.ordinal, what);
-    let alignments = [alignment(a), alignment(b), alignment(d)];
-    let la = matrix_layout(ty, &g.a.1, batch).map_err(err("matrix layout"))?;
-    let lb = matrix_layout(ty, &g.b.1, batch).map_err(err("matrix layout"))?;
-    let ld = matrix_layout(ty, &g.d.1, batch).map_err(err("matrix layout"))?;
-    let desc = matmul_desc(g, compute, scale, g.epilogue).map_err(err("matmul descriptor"))?;
+    let alignments = g.alignments;
+    let la = matrix_layout(ty, &g.a.matrix, batch).map_err(err("matrix layout"))?;
+    let lb = matrix_layout(ty, &g.b.matrix, batch).map_err(err("matrix layout"))?;
+    let ld = matrix_layout(ty, &g.d.matrix, batch).map_err(err("matrix layout"))?;
+    let desc = matmul_desc(g, compute, scale, bias).map_err(err("matmul descriptor"))?;
     let key = Key {
         dtype: g.dtype,
         tf32: tf32(),
         batch,
-        matrices: [g.a.1, g.b.1, g.d.1],
+        matrices: [g.a.matrix, g.b.matrix, g.d.matrix],
         alignments,
-        epilogue: g.epilogue.map(|(e, _)| e),
+        epilogue: bias.map(|(e, _)| e),
     };
     let algo = match h.algos.get(&key) {
         Some(algo) => *algo,
@@ -291,10 +266,11 @@ fn enqueue(
             let found = unsafe { lt::get_matmul_algo_heuristic(h.raw, desc.0, la.0, lb.0, ld.0, ld.0, pref.0) };
             let algo = match found {
                 Ok(heuristic) => Some(heuristic.algo),
-                Err(CublasError(sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED)) if g.epilogue.is_some() => None,
+                Err(CublasError(sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED)) if bias.is_some() => None,
                 Err(e) => {
                     // d is the transposed row-major output: its rows are the output's columns.
-                    let (m, n, k) = (g.d.1.cols, g.d.1.rows, if g.a.1.trans { g.a.1.rows } else { g.a.1.cols });
+                    let (am, dm) = (g.a.matrix, g.d.matrix);
+                    let (m, n, k) = (dm.cols, dm.rows, if am.trans { am.rows } else { am.cols });
                     return Err(Error::Msg(format!(
                         "cuda:{}: cuBLASLt found no algorithm for a {:?} product ({m} x {k} @ {k} x {n}, batch \
                          {batch}): {:?}",
@@ -307,7 +283,7 @@ fn enqueue(
         }
     };
     let Some(algo) = algo else {
-        return Ok(Outcome::EpilogueUnsupported);
+        return Ok(GemmOutcome::EpilogueUnsupported);
     };
     let (one32, zero32, one64, zero64) = (1f32, 0f32, 1f64, 0f64);
     let (alpha, beta) = match g.dtype {
@@ -340,5 +316,5 @@ fn enqueue(
         )
     }
     .map_err(err("matmul"))?;
-    Ok(Outcome::Done)
+    Ok(GemmOutcome::Done)
 }

@@ -2,26 +2,21 @@
 //! runs on machines without CUDA, where device listing finds no devices and creating a CUDA
 //! tensor returns `Error::DeviceNotAvailable`.
 //!
-//! Kernels are CUDA C templates from `rnn-kernels` (elementwise ones filled from the op
-//! table), compiled by NVRTC for the device's own architecture at first use and cached in
-//! memory and on disk (`compile.rs`). Buffers come from the shared caching allocator.
-//! Every dtype is stored natively; f16 / bf16 compute in f32.
+//! Ops are planned by the shared GPU layer (`gpu/`): this module is the runtime that runs
+//! the plans. Kernels are CUDA C templates from `rnn-kernels`, compiled by NVRTC for the
+//! device's own architecture at first use and cached in memory and on disk (`compile.rs`);
+//! products run through cuBLASLt (`blaslt.rs`). Buffers come from the shared caching
+//! allocator. Every dtype is stored natively; f16 / bf16 compute in f32.
 
 mod blaslt;
 mod compile;
 mod context;
-mod dtype;
-mod elementwise;
-mod index;
 mod launch;
 mod libs;
-mod matmul;
 mod pool;
 mod profile;
-mod reduce;
 mod storage;
 mod user_kernel;
-mod window;
 
 pub use compile::{cache_entry, cache_file, compile_ptx, compile_ptx_uncached, disk_cached_ptx, nvrtc_version};
 pub use context::device_count;
@@ -83,39 +78,11 @@ pub fn time_buffer_copy(ordinal: usize, bytes: u64, calls: usize) -> crate::Resu
     Ok(timed[timed.len() / 2])
 }
 
-/// Every kernel source the backend can launch, by name, for compile checks (CI compiles them
-/// all with NVRTC for sm_80 and sm_90, with no GPU).
+/// Every kernel source the backend can launch, by variant name, for compile checks (CI
+/// compiles them all with NVRTC for sm_80 and sm_90, with no GPU).
 pub fn kernel_variants() -> Vec<(String, String)> {
-    variants().into_iter().map(|(name, source)| (name, source.text())).collect()
-}
-
-fn variants() -> Vec<(String, launch::KernelSource)> {
-    let mut all = elementwise::variants();
-    all.extend(reduce::variants());
-    all.extend(index::variants());
-    all.extend(window::variants());
-    all
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::HashMap;
-
-    /// Launches find loaded kernels by `KernelSource::key`: one key must never stand for two
-    /// different sources.
-    #[test]
-    fn kernel_keys_name_one_source_each() {
-        let mut by_key: HashMap<String, (String, String)> = HashMap::new();
-        let all = super::variants();
-        for (name, source) in &all {
-            let text = source.text();
-            if let Some((other, other_text)) = by_key.insert(source.key().to_string(), (name.clone(), text.clone())) {
-                assert_eq!(other_text, text, "{name} and {other} share the key {}", source.key());
-            }
-        }
-        // Distinct variants have distinct sources, so distinct keys too.
-        let texts: std::collections::HashSet<String> = all.iter().map(|(_, s)| s.text()).collect();
-        assert_eq!(by_key.len(), texts.len());
-        assert!(all.len() > 400, "{} variants", all.len());
-    }
+    crate::gpu::variants::all(&crate::gpu::target::Target::cuda())
+        .into_iter()
+        .map(|(name, source)| (name, source.text()))
+        .collect()
 }

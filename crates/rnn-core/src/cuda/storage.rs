@@ -1,18 +1,20 @@
-//! `CudaStorage`: a tensor's elements in a pooled device buffer. The ops live in the sibling
-//! modules; this file holds the type, transfers and the `BackendStorage` dispatch.
+//! `CudaStorage`: a tensor's elements in a pooled device buffer, and the primitives the
+//! shared GPU layer (`gpu/`) runs programs with: allocation, transfers, launches.
 
 use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 
 use super::context::{device, driver_err, CudaDevice};
+use super::launch;
 use super::pool::{alloc, PooledBuffer};
-use super::{elementwise, index, matmul, reduce, window};
 use crate::cpu::CpuStorage;
-use crate::op::{BinaryOp, CmpOp, Epilogue, ReduceOp, UnaryOp};
-use crate::storage::{BackendStorage, Storage};
-use crate::window::Window2d;
-use crate::{DType, Device, Error, Layout, Result};
+use crate::gpu::gemm::GemmLaunch;
+use crate::gpu::plan::KernelPlan;
+use crate::gpu::target::Target;
+use crate::gpu::{GemmBuffers, GemmOutcome, GpuStorage};
+use crate::storage::Storage;
+use crate::{DType, Device, Error, Result};
 
 #[derive(Clone)]
 pub struct CudaStorage {
@@ -34,7 +36,7 @@ impl CudaStorage {
         device(ordinal).map(|_| ())
     }
 
-    pub(crate) fn alloc(dev: &Arc<CudaDevice>, dtype: DType, len: usize) -> Result<CudaStorage> {
+    pub(crate) fn alloc_on(dev: &Arc<CudaDevice>, dtype: DType, len: usize) -> Result<CudaStorage> {
         let bytes = (len as u64).checked_mul(dtype.size_in_bytes() as u64).ok_or_else(|| Error::OutOfMemory {
             requested: usize::MAX,
             free: dev.mem_info().0 as usize,
@@ -42,11 +44,6 @@ impl CudaStorage {
         })?;
         let buf = alloc(dev, bytes)?;
         Ok(CudaStorage { buf: Arc::new(buf), len, dtype, dev: dev.clone() })
-    }
-
-    /// An uninitialized storage of `len` elements on the same device.
-    pub(crate) fn alloc_like(&self, dtype: DType, len: usize) -> Result<CudaStorage> {
-        CudaStorage::alloc(&self.dev, dtype, len)
     }
 
     pub(crate) fn dev(&self) -> &Arc<CudaDevice> {
@@ -57,8 +54,8 @@ impl CudaStorage {
         self.buf.slice()
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.len
+    pub(crate) fn dtype_size(&self) -> usize {
+        self.dtype.size_in_bytes()
     }
 
     fn byte_len(&self) -> usize {
@@ -85,25 +82,28 @@ fn host_storage(bytes: &[u8], dtype: DType) -> CpuStorage {
     }
 }
 
-impl BackendStorage for CudaStorage {
-    fn dtype(&self) -> DType {
+impl GpuStorage for CudaStorage {
+    fn elem_dtype(&self) -> DType {
         self.dtype
     }
-    fn device(&self) -> Device {
-        Device::Cuda(self.dev.ordinal)
+    fn len(&self) -> usize {
+        self.len
     }
-    fn to_cpu(&self) -> Result<CpuStorage> {
-        let mut bytes = vec![0u8; self.byte_len()];
-        if !bytes.is_empty() {
-            let view = self.slice().slice(..bytes.len());
-            self.dev.stream.memcpy_dtoh(&view, &mut bytes).map_err(driver_err(self.dev.ordinal, "copy to host"))?;
-        }
-        self.dev.synchronize()?;
-        Ok(host_storage(&bytes, self.dtype))
+    fn ordinal(&self) -> usize {
+        self.dev.ordinal
     }
-    fn from_cpu(cpu: &CpuStorage, ordinal: usize) -> Result<Self> {
+    fn device_of(ordinal: usize) -> Device {
+        Device::Cuda(ordinal)
+    }
+    fn target_of(ordinal: usize) -> Result<Target> {
+        device(ordinal).map(|_| Target::cuda())
+    }
+    fn alloc(ordinal: usize, dtype: DType, len: usize) -> Result<Self> {
+        CudaStorage::alloc_on(&device(ordinal)?, dtype, len)
+    }
+    fn upload(cpu: &CpuStorage, ordinal: usize) -> Result<Self> {
         let dev = device(ordinal)?;
-        let s = CudaStorage::alloc(&dev, cpu.dtype(), cpu.len())?;
+        let s = CudaStorage::alloc_on(&dev, cpu.dtype(), cpu.len())?;
         let bytes = host_bytes(cpu);
         if !bytes.is_empty() {
             let mut buf = Arc::try_unwrap(s.buf).map_err(|_| Error::Msg("cuda: fresh buffer shared".into()))?;
@@ -113,13 +113,25 @@ impl BackendStorage for CudaStorage {
         }
         Ok(s)
     }
-    fn full(value: f64, n: usize, dtype: DType, ordinal: usize) -> Result<Self> {
-        elementwise::fill(&device(ordinal)?, value, n, dtype)
+    fn download(&self) -> Result<CpuStorage> {
+        let mut bytes = vec![0u8; self.byte_len()];
+        if !bytes.is_empty() {
+            let view = self.slice().slice(..bytes.len());
+            self.dev.stream.memcpy_dtoh(&view, &mut bytes).map_err(driver_err(self.dev.ordinal, "copy to host"))?;
+        }
+        self.dev.synchronize()?;
+        Ok(host_storage(&bytes, self.dtype))
     }
-    crate::gpu_shared::forward_gpu_ops!();
-    fn linear(&self, l: &Layout, w: &Self, wl: &Layout, bias: Option<(&Self, &Layout)>, act: Epilogue) -> Result<Self> {
-        matmul::linear(self, l, w, wl, bias, act)
+    fn launch(plan: &KernelPlan, args: &[&Self]) -> Result<()> {
+        launch::launch(plan, args)
+    }
+    fn gemm(g: &GemmLaunch, buffers: GemmBuffers<'_, Self>) -> Result<GemmOutcome> {
+        launch::gemm(g, buffers)
+    }
+    fn of(s: &Storage) -> Option<&Self> {
+        match s {
+            Storage::Cuda(s) => Some(s),
+            _ => None,
+        }
     }
 }
-
-crate::gpu_shared::impl_gpu_storage!(CudaStorage, Cuda);

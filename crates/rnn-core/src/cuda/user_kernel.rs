@@ -19,7 +19,7 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::context::{device, driver_err};
 use super::storage::CudaStorage;
-use crate::gpu_shared::bound_storage;
+use crate::gpu::user_kernel::bound_storage;
 use crate::{Device, Error, KernelArg, Result};
 
 const OP: &str = "user kernel";

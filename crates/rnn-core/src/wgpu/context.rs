@@ -15,6 +15,8 @@ pub(crate) struct WgpuContext {
     pub queue: ::wgpu::Queue,
     pub limits: ::wgpu::Limits,
     pub shader_f16: bool,
+    /// What plans for this device are built for.
+    pub target: crate::gpu::target::Target,
     pub pool: BufferPool,
     pipelines: Mutex<HashMap<String, Arc<::wgpu::ComputePipeline>>>,
     /// The first error the device reported outside an error scope, not yet returned.
@@ -74,10 +76,13 @@ impl WgpuContext {
         });
         let debug = std::env::var("RNN_GPU_DEBUG").is_ok_and(|v| v != "0");
         tracing::debug!(ordinal, name = %info.name, backend = ?info.backend, "wgpu device opened");
+        let limits = device.limits();
+        let target = crate::gpu::target::Target::wgsl(limits.max_compute_workgroups_per_dimension as usize, shader_f16);
         Ok(WgpuContext {
             ordinal,
             name: info.name,
-            limits: device.limits(),
+            target,
+            limits,
             device,
             queue,
             shader_f16,
@@ -108,19 +113,21 @@ impl WgpuContext {
         self.check()
     }
 
-    /// The compiled pipeline of a kernel source (entry point `main`), compiled on first use.
-    pub fn pipeline(&self, source: &str) -> Result<Arc<::wgpu::ComputePipeline>> {
+    /// The compiled pipeline (entry point `main`) of the kernel `key` stands for (`text`
+    /// builds its source), compiled the first time `key` is seen.
+    pub fn pipeline(&self, key: &str, text: impl FnOnce() -> String) -> Result<Arc<::wgpu::ComputePipeline>> {
         let mut cache = self.pipelines.lock().map_err(|_| Error::Msg("wgpu: pipeline cache poisoned".into()))?;
-        if let Some(p) = cache.get(source) {
+        if let Some(p) = cache.get(key) {
             return Ok(p.clone());
         }
+        let source = text();
         if self.debug {
             tracing::info!(ordinal = self.ordinal, "compiling WGSL kernel:\n{source}");
         }
         let scope = self.device.push_error_scope(::wgpu::ErrorFilter::Validation);
         let module = self.device.create_shader_module(::wgpu::ShaderModuleDescriptor {
             label: None,
-            source: ::wgpu::ShaderSource::Wgsl(source.into()),
+            source: ::wgpu::ShaderSource::Wgsl(source.as_str().into()),
         });
         let pipeline = self.device.create_compute_pipeline(&::wgpu::ComputePipelineDescriptor {
             label: None,
@@ -134,7 +141,7 @@ impl WgpuContext {
             return Err(Error::Msg(format!("wgpu: kernel failed to compile: {e}\n{source}")));
         }
         let pipeline = Arc::new(pipeline);
-        cache.insert(source.to_string(), pipeline.clone());
+        cache.insert(key.to_string(), pipeline.clone());
         Ok(pipeline)
     }
 

@@ -1,4 +1,5 @@
-//! How each dtype is stored in a wgpu buffer, and the host-side conversions to and from it.
+//! How each dtype is stored in a wgpu buffer, and the host-side conversions to and from it
+//! (the kernel side is `gpu/target.rs`).
 
 use half::f16;
 
@@ -6,27 +7,6 @@ use crate::cpu::CpuStorage;
 use crate::{DType, Error, Result};
 
 const HINT: &str = ": the wgpu backend stores f32, f16 (with shader-f16), u32, u8 and i64 (in i32 range)";
-
-/// The WGSL type of a stored element: "f32", "f16", "u32" or "i32".
-pub(crate) fn wgsl_type(op: &'static str, dtype: DType, shader_f16: bool) -> Result<&'static str> {
-    match dtype {
-        DType::F32 => Ok("f32"),
-        DType::F16 if shader_f16 => Ok("f16"),
-        DType::F16 => Err(Error::UnsupportedDType { op, dtype, hint: ": this adapter has no shader-f16 feature" }),
-        DType::U32 | DType::U8 => Ok("u32"),
-        DType::I64 => Ok("i32"),
-        DType::F64 | DType::BF16 => Err(Error::UnsupportedDType { op, dtype, hint: HINT }),
-    }
-}
-
-/// The type values are computed in: f32 for floats (f16 too), the stored type for integers.
-pub(crate) fn compute_type(dtype: DType, stored: &'static str) -> &'static str {
-    if dtype.is_float() {
-        "f32"
-    } else {
-        stored
-    }
-}
 
 /// Bytes per stored element.
 pub(crate) fn stored_size(dtype: DType) -> usize {
@@ -79,18 +59,4 @@ pub(crate) fn from_stored_bytes(bytes: &[u8], dtype: DType, n: usize) -> Result<
         }
         d => return Err(Error::UnsupportedDType { op: "to_cpu", dtype: d, hint: HINT }),
     })
-}
-
-/// The WGSL expression converting `x` of dtype `from` (stored type `from_t`) to dtype `to`,
-/// with the CPU's semantics (Rust `as`: float to int truncates and saturates, NaN gives 0;
-/// int to narrower int wraps).
-pub(crate) fn convert_expr(from: DType, to: DType, to_t: &str) -> String {
-    let x = if from.is_float() { "f32(x)" } else { "x" };
-    match (from.is_float(), to) {
-        (true, DType::U8) => format!("f_to_u8({x})"),
-        (true, DType::U32) => format!("f_to_u32({x})"),
-        (true, DType::I64) => format!("f_to_i32({x})"),
-        (false, DType::U8) => format!("u32({x}) & 255u"),
-        _ => format!("{to_t}({x})"),
-    }
 }

@@ -1,7 +1,8 @@
 //! The wgpu backend: one portable GPU backend for Vulkan, Metal, DX12 and WebGPU adapters
-//! (AMD, Intel, Apple and NVIDIA GPUs). Kernels are WGSL templates from `rnn-kernels`,
-//! filled from the op table, compiled once per variant and cached (`context.rs`); buffers
-//! come from a per-device pool (`pool.rs`).
+//! (AMD, Intel, Apple and NVIDIA GPUs). Ops are planned by the shared GPU layer (`gpu/`):
+//! this module is the runtime that runs the plans. Kernels are WGSL templates from
+//! `rnn-kernels`, compiled once per variant and found by their short key (`context.rs`);
+//! buffers come from a per-device pool (`pool.rs`).
 //!
 //! Element types: f32 everywhere, f16 where the adapter offers `shader-f16`; integer
 //! tensors are stored as 32-bit words: u8 as one u32 per element, i64 as i32 (values must
@@ -10,15 +11,10 @@
 mod adapters;
 mod context;
 mod dtype;
-mod elementwise;
-mod index;
 mod launch;
-mod matmul;
 mod pool;
-mod reduce;
 mod storage;
 mod user_kernel;
-mod window;
 
 pub use crate::gpu_memory::MemoryStats;
 pub use adapters::{adapters, best_ordinal, find_adapter, WgpuAdapterInfo};
@@ -71,4 +67,11 @@ pub fn time_buffer_copy(ordinal: usize, bytes: u64, calls: usize) -> crate::Resu
     let mut timed = times.split_off(2);
     timed.sort_by(f64::total_cmp);
     Ok(timed[timed.len() / 2])
+}
+
+/// Every kernel source the backend can launch on `wgpu:ordinal`, by variant name, for compile
+/// checks (the f16 ones only where the adapter has `shader-f16`).
+pub fn kernel_variants(ordinal: usize) -> crate::Result<Vec<(String, String)>> {
+    let target = context::context(ordinal)?.target;
+    Ok(crate::gpu::variants::all(&target).into_iter().map(|(name, source)| (name, source.text())).collect())
 }

@@ -1,16 +1,17 @@
-//! `WgpuStorage`: a tensor's elements in a pooled wgpu buffer. The ops live in the sibling
-//! modules; this file holds the type, transfers and the `BackendStorage` dispatch.
+//! `WgpuStorage`: a tensor's elements in a pooled wgpu buffer, and the primitives the shared
+//! GPU layer (`gpu/`) runs programs with: allocation, transfers, launches.
 
 use std::sync::{mpsc, Arc};
 
 use super::context::{context, WgpuContext};
 use super::pool::{alloc, PooledBuffer};
-use super::{dtype, elementwise, index, matmul, reduce, window};
+use super::{dtype, launch};
 use crate::cpu::CpuStorage;
-use crate::op::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
-use crate::storage::{BackendStorage, Storage};
-use crate::window::Window2d;
-use crate::{DType, Device, Error, Layout, Result};
+use crate::gpu::plan::KernelPlan;
+use crate::gpu::target::{wgsl_type, Target};
+use crate::gpu::GpuStorage;
+use crate::storage::Storage;
+use crate::{DType, Device, Error, Result};
 
 #[derive(Clone)]
 pub struct WgpuStorage {
@@ -32,13 +33,8 @@ impl WgpuStorage {
         context(ordinal).map(|_| ())
     }
 
-    /// An uninitialized storage of `len` elements on the same device as `self`.
-    pub(crate) fn alloc_like(&self, dtype: DType, len: usize) -> Result<WgpuStorage> {
-        WgpuStorage::alloc(&self.ctx, dtype, len)
-    }
-
-    pub(crate) fn alloc(ctx: &Arc<WgpuContext>, dtype: DType, len: usize) -> Result<WgpuStorage> {
-        dtype::wgsl_type("alloc", dtype, ctx.shader_f16)?;
+    pub(crate) fn alloc_on(ctx: &Arc<WgpuContext>, dtype: DType, len: usize) -> Result<WgpuStorage> {
+        wgsl_type("alloc", dtype, ctx.shader_f16)?;
         let buf = alloc(ctx, dtype::stored_bytes(dtype, len))?;
         Ok(WgpuStorage { buf: Arc::new(buf), len, dtype, ctx: ctx.clone() })
     }
@@ -49,20 +45,6 @@ impl WgpuStorage {
 
     pub(crate) fn buffer(&self) -> &::wgpu::Buffer {
         self.buf.buffer()
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    /// The WGSL type of this storage's elements.
-    pub(crate) fn wgsl_type(&self, op: &'static str) -> Result<&'static str> {
-        dtype::wgsl_type(op, self.dtype, self.ctx.shader_f16)
-    }
-
-    /// Whether kernels reading or writing this storage need `enable f16;`.
-    pub(crate) fn is_f16(&self) -> bool {
-        self.dtype == DType::F16
     }
 
     /// Reads the whole buffer back to the host (waits for queued kernels).
@@ -96,30 +78,45 @@ impl WgpuStorage {
     }
 }
 
-impl BackendStorage for WgpuStorage {
-    fn dtype(&self) -> DType {
+impl GpuStorage for WgpuStorage {
+    fn elem_dtype(&self) -> DType {
         self.dtype
     }
-    fn device(&self) -> Device {
-        Device::Wgpu(self.ctx.ordinal)
+    fn len(&self) -> usize {
+        self.len
     }
-    fn to_cpu(&self) -> Result<CpuStorage> {
-        dtype::from_stored_bytes(&self.read_back()?, self.dtype, self.len)
+    fn ordinal(&self) -> usize {
+        self.ctx.ordinal
     }
-    fn from_cpu(cpu: &CpuStorage, ordinal: usize) -> Result<Self> {
+    fn device_of(ordinal: usize) -> Device {
+        Device::Wgpu(ordinal)
+    }
+    fn target_of(ordinal: usize) -> Result<Target> {
+        Ok(context(ordinal)?.target)
+    }
+    fn alloc(ordinal: usize, dtype: DType, len: usize) -> Result<Self> {
+        WgpuStorage::alloc_on(&context(ordinal)?, dtype, len)
+    }
+    fn upload(cpu: &CpuStorage, ordinal: usize) -> Result<Self> {
         let ctx = context(ordinal)?;
         let bytes = dtype::to_stored_bytes(cpu)?;
-        let s = WgpuStorage::alloc(&ctx, cpu.dtype(), cpu.len())?;
+        let s = WgpuStorage::alloc_on(&ctx, cpu.dtype(), cpu.len())?;
         if !bytes.is_empty() {
             ctx.queue.write_buffer(s.buffer(), 0, &bytes);
         }
         ctx.check()?;
         Ok(s)
     }
-    fn full(value: f64, n: usize, dtype: DType, ordinal: usize) -> Result<Self> {
-        elementwise::fill(&context(ordinal)?, value, n, dtype)
+    fn download(&self) -> Result<CpuStorage> {
+        dtype::from_stored_bytes(&self.read_back()?, self.dtype, self.len)
     }
-    crate::gpu_shared::forward_gpu_ops!();
+    fn launch(plan: &KernelPlan, args: &[&Self]) -> Result<()> {
+        launch::launch(plan, args)
+    }
+    fn of(s: &Storage) -> Option<&Self> {
+        match s {
+            Storage::Wgpu(s) => Some(s),
+            _ => None,
+        }
+    }
 }
-
-crate::gpu_shared::impl_gpu_storage!(WgpuStorage, Wgpu);

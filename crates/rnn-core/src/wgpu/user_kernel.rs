@@ -34,7 +34,8 @@ use ::wgpu::util::DeviceExt;
 use super::context::{context, WgpuContext};
 use super::dtype::stored_bytes;
 use super::storage::WgpuStorage;
-use crate::gpu_shared::bound_storage;
+use crate::gpu::user_kernel::bound_storage;
+use crate::gpu::GpuStorage;
 use crate::storage::BackendStorage;
 use crate::{Device, Error, KernelArg, Result};
 

@@ -1,14 +1,18 @@
 //! Compute ops on tensors: elementwise (from the op table), comparisons, reductions,
 //! matmul and index ops. Each checks its arguments, then calls the storage once.
 
+use std::sync::Arc;
+
 use crate::backprop::Op;
-use crate::op::{BinaryOp, CmpOp, Epilogue, ReduceOp, UnaryOp};
+use crate::fused::linear::Linear;
+use crate::fused::softmax::Softmax;
+use crate::op_table::{BinaryOp, CmpOp, Epilogue, ReduceOp, UnaryOp};
 use crate::{DType, Dim, Dims, Error, Layout, Result, Shape, Tensor};
 
 macro_rules! unary_methods {
     ($($name:ident => $op:ident),* $(,)?) => {
         impl Tensor {$(
-            #[doc = concat!("Elementwise `", stringify!($name), "` (see the op table in `op.rs`).")]
+            #[doc = concat!("Elementwise `", stringify!($name), "` (see the op table in `op_table.rs`).")]
             pub fn $name(&self) -> Result<Tensor> {
                 self.unary(UnaryOp::$op)
             }
@@ -232,8 +236,7 @@ impl Tensor {
         if d != last {
             return self.transpose(d, last)?.softmax_impl(last, log, op)?.transpose(d, last);
         }
-        let storage = self.storage().softmax_last_dim(self.layout(), log)?;
-        Ok(Tensor::from_parts(storage, Layout::contiguous(self.shape().clone()), Some(Op::Softmax(self.clone(), log))))
+        Tensor::fused(Arc::new(Softmax { log }), &[self])
     }
 
     // ---- matmul ----
@@ -262,7 +265,7 @@ impl Tensor {
         if k != k2 {
             return Err(Error::ShapeMismatch { op: "matmul", lhs: self.shape().clone(), rhs: rhs.shape().clone() });
         }
-        if prefers_transposed_product(self, rhs) {
+        if self.device().is_cpu() && crate::cpu::prefers_transposed_product(self.layout(), rhs.layout()) {
             return rhs.t()?.matmul(&self.t()?)?.t();
         }
         let batch_a = Shape::from(&ad[..ad.len() - 2]);
@@ -279,33 +282,8 @@ impl Tensor {
     /// On CUDA the bias and activation run inside the cuBLASLt product (epilogues);
     /// elsewhere it is a matmul, an add and the activation. Differentiable in all three.
     pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>, act: Epilogue) -> Result<Tensor> {
-        self.check_linear(weight, bias)?;
-        let bias_storage = bias.map(|b| b.storage());
-        let bias_arg = bias_storage.as_deref().zip(bias.map(|b| b.layout()));
-        let storage = self.storage().linear(self.layout(), &weight.storage(), weight.layout(), bias_arg, act)?;
-        let shape = vec![self.dims()[0], weight.dims()[0]];
-        let op = Op::Linear(self.clone(), weight.clone(), bias.cloned(), act);
-        Ok(Tensor::from_parts(storage, Layout::contiguous(shape), Some(op)))
-    }
-
-    fn check_linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<()> {
-        const OP: &str = "linear";
-        self.expect_rank(OP, 2)?;
-        weight.expect_rank(OP, 2)?;
-        for other in std::iter::once(weight).chain(bias) {
-            if other.dtype() != self.dtype() {
-                return Err(Error::DTypeMismatch { op: OP, lhs: self.dtype(), rhs: other.dtype() });
-            }
-        }
-        if weight.dims()[1] != self.dims()[1] {
-            return Err(Error::ShapeMismatch { op: OP, lhs: self.shape().clone(), rhs: weight.shape().clone() });
-        }
-        if let Some(b) = bias {
-            if b.dims() != [weight.dims()[0]] {
-                return Err(Error::ShapeMismatch { op: OP, lhs: weight.shape().clone(), rhs: b.shape().clone() });
-            }
-        }
-        Ok(())
+        let inputs: Vec<&Tensor> = [self, weight].into_iter().chain(bias).collect();
+        Tensor::fused(Arc::new(Linear { act }), &inputs)
     }
 
     // ---- index ops ----
@@ -376,17 +354,6 @@ impl Tensor {
         let classes = Tensor::arange(0i64, n, self.device())?;
         ids.unsqueeze(self.rank())?.eq(&classes)?.to_dtype(dtype)
     }
-}
-
-/// Whether `a @ b` is faster computed as `(b^T @ a^T)^T` (a view of the transposed
-/// product, no copy). The CPU's gemm runs `row-major @ column-major` products (the backward
-/// pass's `grad @ w.t()`) about 1.8x faster when m >= n: measured 128x256 @ (512x256)^T at
-/// 386 us directly and 221 us transposed. Other layouts measured no gain.
-fn prefers_transposed_product(a: &Tensor, b: &Tensor) -> bool {
-    let row_major = |t: &Tensor| t.layout().strides()[1] == 1 && t.layout().strides()[0] == t.dims()[1];
-    let col_major = |t: &Tensor| t.layout().strides()[0] == 1 && t.layout().strides()[1] == t.dims()[0];
-    let (m, n) = (a.dims()[0], b.dims().get(1).copied().unwrap_or(0));
-    a.device().is_cpu() && a.rank() == 2 && b.rank() == 2 && m < n && row_major(a) && col_major(b)
 }
 
 /// Index tensors of gather / scatter_add have the source's rank and sizes except at `dim`.

@@ -2,7 +2,9 @@
 //! CUDA / WGSL expressions the GPU backends generate their kernels from. Adding an
 //! elementwise op means adding one line to one of the tables below.
 //!
-//! Backward formulas live in `backprop.rs`, one function per op family.
+//! Backward formulas live in `grad_fns.rs`, one function per op family. CUDA expressions
+//! write float literals as `C(..)` (`C` is the kernel's compute type), so f32 kernels compute
+//! in float, not double.
 
 use crate::num::{Elem, Float};
 
@@ -62,7 +64,7 @@ macro_rules! unary_table {
     };
 }
 
-// d/dx of each op is in backprop.rs (`unary_grad`).
+// d/dx of each op is in grad_fns.rs (`unary_grad`).
 unary_table! {
     Neg      "neg"      |x| -x,                   cuda: "(-x)",             wgsl: "(-x)";
     Abs      "abs"      |x| x.abs(),              cuda: "fabs(x)",          wgsl: "abs(x)";
@@ -77,8 +79,8 @@ unary_table! {
     Erf      "erf"      |x| x.erf(),              cuda: "erf(x)",           wgsl: "erf_approx(x)";
     Sigmoid  "sigmoid"  |x| sigmoid(x),           cuda: "(1 / (1 + exp(-x)))", wgsl: "(1.0 / (1.0 + exp(-x)))";
     Relu     "relu"     |x| if x > F::c(0.0) { x } else { F::c(0.0) }, cuda: "(x > 0 ? x : 0)", wgsl: "max(x, 0.0)";
-    Gelu     "gelu"     |x| gelu_tanh(x),         cuda: "(0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))))", wgsl: "(0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))))";
-    GeluErf  "gelu_erf" |x| F::c(0.5) * x * (F::c(1.0) + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).erf()), cuda: "(0.5 * x * (1 + erf(x * 0.7071067811865476)))", wgsl: "(0.5 * x * (1.0 + erf_approx(x * 0.7071067811865476)))";
+    Gelu     "gelu"     |x| gelu_tanh(x),         cuda: "(C(0.5) * x * (1 + tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x))))", wgsl: "(0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))))";
+    GeluErf  "gelu_erf" |x| F::c(0.5) * x * (F::c(1.0) + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).erf()), cuda: "(C(0.5) * x * (1 + erf(x * C(0.7071067811865476))))", wgsl: "(0.5 * x * (1.0 + erf_approx(x * 0.7071067811865476)))";
     Silu     "silu"     |x| x * sigmoid(x),       cuda: "(x / (1 + exp(-x)))", wgsl: "(x / (1.0 + exp(-x)))";
     Softplus "softplus" |x| softplus(x),          cuda: "(fmax(x, 0) + log1p(exp(-fabs(x))))", wgsl: "(max(x, 0.0) + log(1.0 + exp(-abs(x))))";
     Step     "step"     |x| if x > F::c(0.0) { F::c(1.0) } else { F::c(0.0) }, cuda: "(x > 0 ? 1 : 0)", wgsl: "select(0.0, 1.0, x > 0.0)";
@@ -132,15 +134,17 @@ macro_rules! binary_table {
     };
 }
 
-// d/da and d/db of each op are in backprop.rs (`binary_grad`).
+// d/da and d/db of each op are in grad_fns.rs (`binary_grad`).
 binary_table! {
     Add     "add"     |a, b| a.add(b), cuda: "(a + b)",   wgsl: "(a + b)";
     Sub     "sub"     |a, b| a.sub(b), cuda: "(a - b)",   wgsl: "(a - b)";
     Mul     "mul"     |a, b| a.mul(b), cuda: "(a * b)",   wgsl: "(a * b)";
     Div     "div"     |a, b| a.div(b), cuda: "(a / b)",   wgsl: "(a / b)";
     Pow     "pow"     |a, b| a.pow(b), cuda: "pow(a, b)", wgsl: "pow(a, b)";
-    Maximum "maximum" |a, b| a.maximum(b), cuda: "fmax(a, b)", wgsl: "max(a, b)";
-    Minimum "minimum" |a, b| a.minimum(b), cuda: "fmin(a, b)", wgsl: "min(a, b)";
+    // NaN if either operand is NaN, as `torch.maximum` (fmax / max would drop it); a + b
+    // is that NaN.
+    Maximum "maximum" |a, b| a.maximum(b), cuda: "((a != a || b != b) ? a + b : fmax(a, b))", wgsl: "select(max(a, b), a + b, is_nan(a) || is_nan(b))";
+    Minimum "minimum" |a, b| a.minimum(b), cuda: "((a != a || b != b) ? a + b : fmin(a, b))", wgsl: "select(min(a, b), a + b, is_nan(a) || is_nan(b))";
 }
 
 /// Comparisons; the result is a u8 tensor of 0 and 1.

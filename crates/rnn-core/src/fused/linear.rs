@@ -1,0 +1,168 @@
+//! Fused Linear forward: `act(x @ wᵀ + b)` as one op (`Tensor::linear`). On CUDA it is one
+//! cuBLASLt product with a bias + ReLU / GELU epilogue (`CUBLASLT_EPILOGUE_BIAS`,
+//! `_RELU_BIAS`, `_GELU_BIAS`); where cuBLASLt has no fused kernel for it (f64 on most
+//! devices) the product runs alone and elementwise kernels add the bias and activation.
+//! Elsewhere (CPU, wgpu, no bias) it is a matmul, an add and the activation.
+
+use super::{FusedKernels, FusedOp};
+use crate::cpu::CpuStorage;
+use crate::gpu::elementwise::{binary_source, copy_into, unary_source};
+use crate::gpu::gemm::{operand, row_major_product, BIAS_ALIGNMENT};
+use crate::gpu::matmul::problem;
+use crate::gpu::plan::{Arg, Grid, KernelSource, Launch, Program};
+use crate::gpu::target::Target;
+use crate::op_table::{BinaryOp, Epilogue, UnaryOp};
+use crate::{DType, Error, Layout, Result, Shape, Tensor};
+
+/// `act(x @ wᵀ + b)` with `x` `[m, k]`, `w` `[n, k]` (PyTorch's `[out, in]`) and an
+/// optional bias `[n]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Linear {
+    pub act: Epilogue,
+}
+
+impl FusedOp for Linear {
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+
+    fn output(&self, inputs: &[&Tensor]) -> Result<(Shape, DType)> {
+        const OP: &str = "linear";
+        let (x, w, bias) = (inputs[0], inputs[1], inputs.get(2));
+        x.expect_rank(OP, 2)?;
+        w.expect_rank(OP, 2)?;
+        for other in inputs[1..].iter() {
+            if other.dtype() != x.dtype() {
+                return Err(Error::DTypeMismatch { op: OP, lhs: x.dtype(), rhs: other.dtype() });
+            }
+        }
+        if w.dims()[1] != x.dims()[1] {
+            return Err(Error::ShapeMismatch { op: OP, lhs: x.shape().clone(), rhs: w.shape().clone() });
+        }
+        if let Some(b) = bias {
+            if b.dims() != [w.dims()[0]] {
+                return Err(Error::ShapeMismatch { op: OP, lhs: w.shape().clone(), rhs: b.shape().clone() });
+            }
+        }
+        Ok((Shape::from(vec![x.dims()[0], w.dims()[0]]), x.dtype()))
+    }
+
+    fn cpu(&self, _: &[(&CpuStorage, &Layout)]) -> Result<Option<CpuStorage>> {
+        Ok(None)
+    }
+
+    fn gpu(&self, target: &Target, inputs: &[(DType, &Layout, usize)]) -> Result<Option<Program>> {
+        let [x, w, bias] = inputs else {
+            return Ok(None);
+        };
+        let (m, k, n) = (x.1.dims()[0], x.1.dims()[1], w.1.dims()[0]);
+        if !target.gemm || m * n * k == 0 {
+            return Ok(None);
+        }
+        self.gemm_program(target, *x, *w, *bias).map(Some)
+    }
+
+    fn compose(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        let z = inputs[0].matmul(&inputs[1].t()?)?;
+        let z = match inputs.get(2) {
+            Some(b) => z.add(b)?,
+            None => z,
+        };
+        match self.act.unary() {
+            Some(op) => z.unary(op),
+            None => Ok(z),
+        }
+    }
+
+    fn backward(&self, inputs: &[Tensor], y: &Tensor, g: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        let (x, w, b) = (&inputs[0], &inputs[1], inputs.get(2));
+        let gz = match self.act {
+            Epilogue::None => g.clone(),
+            // relu'(z) = step(z), and z > 0 exactly where y > 0.
+            Epilogue::Relu => g.mul(&y.step()?)?,
+            // The fused forward does not keep z: recompute it (one more product).
+            Epilogue::Gelu => {
+                let z = x.linear(w, b, Epilogue::None)?;
+                crate::grad_fns::unary_grad(UnaryOp::Gelu, &z, y, g)?
+            }
+        };
+        let gx = x.tracks_grad().then(|| gz.matmul(w)).transpose()?;
+        let gw = w.tracks_grad().then(|| gz.t()?.matmul(x)).transpose()?;
+        let gb = b.filter(|b| b.tracks_grad()).map(|_| gz.sum(0)).transpose()?;
+        Ok([Some(gx), Some(gw), b.map(|_| gb)].into_iter().flatten().collect())
+    }
+}
+
+impl Linear {
+    /// One product with the bias and activation as its epilogue, and the elementwise
+    /// fallback for runtimes that have no fused kernel for it.
+    fn gemm_program(
+        &self,
+        target: &Target,
+        (dtype, xl, x_len): (DType, &Layout, usize),
+        (_, wl, w_len): (DType, &Layout, usize),
+        (b_dtype, bl, b_len): (DType, &Layout, usize),
+    ) -> Result<Program> {
+        let wt = wl.transpose(0, 1)?;
+        problem("linear", (dtype, xl, x_len), (dtype, &wt, w_len))?;
+        if b_dtype != dtype {
+            return Err(Error::DTypeMismatch { op: "linear", lhs: dtype, rhs: b_dtype });
+        }
+        if bl.storage_extent() > b_len {
+            return Err(Error::invalid("linear", format!("layout {bl:?} reaches past a storage of {b_len} elements")));
+        }
+        let (m, n) = (xl.dims()[0], wl.dims()[0]);
+        let mut p = Program::new(target, "linear", dtype, m * n);
+        let (bias, offset) = aligned_bias(&mut p, dtype, bl)?;
+        let ox = operand(&mut p, Arg::Input(0), dtype, xl)?;
+        let ow = operand(&mut p, Arg::Input(1), dtype, &wt)?;
+        let mut g = row_major_product(dtype, 1, (m, n), ox, ow, Program::OUT);
+        g.bias = Some((self.act, bias, offset));
+        g.fallback = Some(Box::new(bias_act(target, dtype, (m, n), offset, self.act)?));
+        p.launches.push(Launch::Gemm(g));
+        Ok(p)
+    }
+}
+
+/// The bias as cuBLASLt reads it: `n` contiguous elements starting `BIAS_ALIGNMENT`-aligned
+/// (buffers start on 256 bytes). Any other view is first copied to a fresh buffer.
+fn aligned_bias(p: &mut Program, dtype: DType, bl: &Layout) -> Result<(Arg, usize)> {
+    let n = bl.dims()[0];
+    let unit_stride = bl.strides()[0] == 1 || n == 1;
+    if unit_stride && (bl.start_offset() * dtype.size_in_bytes()) % BIAS_ALIGNMENT == 0 {
+        return Ok((Arg::Input(2), bl.start_offset()));
+    }
+    let copy = p.temp(dtype, n);
+    copy_into(p, (Arg::Input(2), dtype, bl), (copy, dtype, &Layout::contiguous(vec![n])))?;
+    Ok((copy, 0))
+}
+
+/// `act(z + bias)` for the contiguous `[m, n]` product `z` (input 0) and the bias (input 1,
+/// `n` contiguous elements from `offset`): the fallback of the fused epilogue.
+fn bias_act(target: &Target, dtype: DType, (m, n): (usize, usize), offset: usize, act: Epilogue) -> Result<Program> {
+    let out = Layout::contiguous(vec![m, n]);
+    // Every row reads the same bias vector.
+    let rows_of_bias = Layout::new(out.shape().clone(), vec![0, 1], offset);
+    let mut p = Program::new(target, "linear", dtype, m * n);
+    let sum = match act.unary() {
+        Some(_) => p.temp(dtype, m * n),
+        None => Program::OUT,
+    };
+    let info = target.info("linear", &[m * n], &[&out, &rows_of_bias])?;
+    let variant = format!("binary/add/{dtype}");
+    let args = [Arg::Input(0), Arg::Input(1), sum];
+    p.kernel(binary_source(target, BinaryOp::Add, dtype)?, variant, Grid::Threads(m * n), &args, info)?;
+    if let Some(op) = act.unary() {
+        let info = target.info("linear", &[m * n], &[&out])?;
+        let variant = format!("unary/{}/{dtype}", op.name());
+        p.kernel(unary_source(target, op, dtype)?, variant, Grid::Threads(m * n), &[sum, Program::OUT], info)?;
+    }
+    Ok(p)
+}
+
+impl FusedKernels for Linear {
+    /// The product is cuBLASLt's; the copies and the fallback are elementwise kernels.
+    fn variants(_: &Target) -> Vec<(String, KernelSource)> {
+        Vec::new()
+    }
+}

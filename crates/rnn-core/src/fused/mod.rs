@@ -1,0 +1,90 @@
+//! Fused ops: an op with kernels of its own on each backend, defined in one module each
+//! (CPU forward, the GPU program built from its CUDA and WGSL kernels, a composition of
+//! other ops for devices without a kernel, and the mandatory backward), registered with one
+//! line in `fused_ops!` below.
+//!
+//! Adding one touches its module here, its kernel sources (`rnn-kernels/cuda/*.cu`,
+//! `rnn-kernels/wgsl/*.wgsl`, exported from rnn-kernels' lib.rs) and its registration line;
+//! the kernel-compile test, the CUDA emulator tests and autograd pick it up from there.
+
+use std::sync::Arc;
+
+use crate::backprop::Op;
+use crate::cpu::CpuStorage;
+use crate::gpu::plan::{KernelSource, Program};
+use crate::gpu::target::Target;
+use crate::{no_grad, DType, Error, Layout, Result, Shape, Tensor};
+
+/// One fused op with its parameters (a value of a registered type).
+pub(crate) trait FusedOp: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// Checks the inputs (shapes, dtypes) and gives the output's shape and dtype.
+    fn output(&self, inputs: &[&Tensor]) -> Result<(Shape, DType)>;
+
+    /// The forward on the CPU into a contiguous result, or `None` to compose.
+    fn cpu(&self, inputs: &[(&CpuStorage, &Layout)]) -> Result<Option<CpuStorage>>;
+
+    /// The forward on a GPU as a program over the inputs (dtype, layout, storage length),
+    /// or `None` to compose.
+    fn gpu(&self, target: &Target, inputs: &[(DType, &Layout, usize)]) -> Result<Option<Program>>;
+
+    /// The forward from other ops, where there is no fused kernel (run without gradients).
+    fn compose(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        let _ = inputs;
+        Err(Error::Msg(format!("internal: {} has a kernel on every backend", self.name())))
+    }
+
+    /// The gradient of each input that tracks one (`None` for the others), given the
+    /// output `y` and the gradient `g` of the loss with respect to it.
+    fn backward(&self, inputs: &[Tensor], y: &Tensor, g: &Tensor) -> Result<Vec<Option<Tensor>>>;
+}
+
+/// Every kernel a fused op type can launch, for the compile test and the emulator tests.
+pub(crate) trait FusedKernels {
+    /// (variant label, source) of every kernel of this op type for `target`.
+    fn variants(target: &Target) -> Vec<(String, KernelSource)>;
+}
+
+/// Declares the fused op modules and lists their kernels: one line per op.
+macro_rules! fused_ops {
+    ($($module:ident :: $ty:ident),* $(,)?) => {
+        $(pub(crate) mod $module;)*
+
+        /// Every kernel of every fused op for `target`.
+        pub(crate) fn variants(target: &Target) -> Vec<(String, KernelSource)> {
+            let mut all = Vec::new();
+            $(all.extend(<$module::$ty as FusedKernels>::variants(target));)*
+            all
+        }
+    };
+}
+
+fused_ops! {
+    softmax::Softmax,
+    linear::Linear,
+}
+
+impl Tensor {
+    /// Runs a fused op on `inputs` (all on one device) and records it for autograd.
+    pub(crate) fn fused(op: Arc<dyn FusedOp>, inputs: &[&Tensor]) -> Result<Tensor> {
+        let (shape, _) = op.output(inputs)?;
+        if let Some(other) = inputs.iter().find(|t| t.device() != inputs[0].device()) {
+            return Err(Error::DeviceMismatch { op: op.name(), lhs: inputs[0].device(), rhs: other.device() });
+        }
+        let owned: Vec<Tensor> = inputs.iter().map(|t| (*t).clone()).collect();
+        let result = {
+            let guards: Vec<_> = inputs.iter().map(|t| t.storage()).collect();
+            let parts: Vec<_> = guards.iter().zip(inputs).map(|(g, t)| (&**g, t.layout())).collect();
+            crate::storage::Storage::fused(op.as_ref(), &parts)?
+        };
+        let record = Some(Op::Fused(op.clone(), owned.clone()));
+        match result {
+            Some(storage) => Ok(Tensor::from_parts(storage, Layout::contiguous(shape), record)),
+            None => {
+                let y = no_grad(|| op.compose(&owned))?;
+                Ok(y.view(y.layout().clone(), record))
+            }
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Plans of batched matmul: `[batch.., m, k] @ [batch.., k, n]` (equal batch dims, broadcast
+//! ones with stride 0) into a contiguous row-major `[batch.., m, n]`. On CUDA one cuBLASLt
+//! product (`gemm.rs`; f16 / bf16 accumulate in f32); on wgpu a register-blocked tiled
+//! kernel (`matmul.wgsl`) that reads operands through their strides.
+
+use super::elementwise::fill_into;
+use super::gemm::{operand, row_major_product};
+use super::plan::{Arg, Grid, KernelSource, Launch, Program};
+use super::target::Target;
+use crate::{DType, Error, Layout, Result};
+
+/// Rows and columns of the output tile of one workgroup (`TILE` in matmul.wgsl).
+const TILE: usize = 64;
+
+/// An operand of a product: its dtype, layout and the length of its storage.
+pub(crate) type MatmulOperand<'a> = (DType, &'a Layout, usize);
+
+/// The sizes of one product.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Problem {
+    pub batch: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+fn check_extent(op: &'static str, l: &Layout, len: usize) -> Result<()> {
+    if l.storage_extent() > len {
+        return Err(Error::invalid(op, format!("layout {l:?} reaches past a storage of {len} elements")));
+    }
+    Ok(())
+}
+
+/// The CPU backend's errors: a shared float dtype, `[.., m, k]` and `[.., k, n]` layouts
+/// with equal batch dims, inside their storages.
+pub(crate) fn problem(op: &'static str, (a, la, a_len): MatmulOperand, (b, lb, b_len): MatmulOperand) -> Result<Problem> {
+    if a != b {
+        return Err(Error::DTypeMismatch { op, lhs: a, rhs: b });
+    }
+    if !a.is_float() {
+        return Err(Error::UnsupportedDType { op, dtype: a, hint: ": use a float dtype" });
+    }
+    let (ad, bd) = (la.dims(), lb.dims());
+    let r = ad.len();
+    if r < 2 || r != bd.len() {
+        return Err(Error::invalid(op, format!("expected [.., m, k] and [.., k, n] layouts, got {la:?}, {lb:?}")));
+    }
+    if ad[..r - 2] != bd[..r - 2] || ad[r - 1] != bd[r - 2] {
+        return Err(Error::ShapeMismatch { op, lhs: la.shape().clone(), rhs: lb.shape().clone() });
+    }
+    check_extent(op, la, a_len)?;
+    check_extent(op, lb, b_len)?;
+    Ok(Problem { batch: ad[..r - 2].iter().product(), m: ad[r - 2], n: bd[r - 1], k: ad[r - 1] })
+}
+
+/// `a @ b` of inputs 0 and 1.
+pub(crate) fn matmul(target: &Target, a: MatmulOperand, b: MatmulOperand) -> Result<Program> {
+    let pr = problem("matmul", a, b)?;
+    let (dtype, len) = (a.0, pr.batch * pr.m * pr.n);
+    let mut p = Program::new(target, "matmul", dtype, len);
+    if len == 0 {
+        return Ok(p);
+    }
+    if pr.k == 0 {
+        fill_into(&mut p, Program::OUT, dtype, len, 0.0)?;
+        return Ok(p);
+    }
+    if target.gemm {
+        let oa = operand(&mut p, Arg::Input(0), dtype, a.1)?;
+        let ob = operand(&mut p, Arg::Input(1), dtype, b.1)?;
+        let g = row_major_product(dtype, pr.batch, (pr.m, pr.n), oa, ob, Program::OUT);
+        p.launches.push(Launch::Gemm(g));
+        return Ok(p);
+    }
+    tiled(&mut p, pr, a.1, b.1)?;
+    Ok(p)
+}
+
+/// The layout of `l`'s batch dims alone: `strided_offset(z, ..)` over it is the storage
+/// position of matrix `z`.
+fn batch_layout(l: &Layout) -> Layout {
+    let r = l.dims().len();
+    Layout::new(l.dims()[..r - 2].to_vec().into(), l.strides()[..r - 2].to_vec(), l.start_offset())
+}
+
+/// Splits `0..count` into `(start, len)` chunks of at most `max`.
+fn chunks(count: usize, max: usize) -> impl Iterator<Item = (usize, u32)> {
+    (0..count).step_by(max).map(move |start| (start, (count - start).min(max) as u32))
+}
+
+pub(crate) fn tiled_source(target: &Target, dtype: DType) -> Result<KernelSource> {
+    let t = target.elem_type("matmul", dtype)?;
+    Ok(KernelSource::new(target, rnn_kernels::wgsl::MATMUL, &[("T", t)], target.needs_half(&[dtype])))
+}
+
+/// The tiled kernel over the whole output: one launch normally; grids past the device's
+/// per-dimension limit are split.
+fn tiled(p: &mut Program, pr: Problem, la: &Layout, lb: &Layout) -> Result<()> {
+    let target = p.target;
+    let dtype = p.temps[0].0;
+    let source = tiled_source(&target, dtype)?;
+    let r = la.dims().len();
+    let (a_rs, a_cs, b_rs, b_cs) = (la.strides()[r - 2], la.strides()[r - 1], lb.strides()[r - 2], lb.strides()[r - 1]);
+    let (ba, bb) = (batch_layout(la), batch_layout(lb));
+    let max = target.max_grid;
+    for (z0, nz) in chunks(pr.batch, max) {
+        for (y0, ny) in chunks(pr.m.div_ceil(TILE), max) {
+            for (x0, nx) in chunks(pr.n.div_ceil(TILE), max) {
+                let scalars = [pr.m, pr.n, pr.k, a_rs, a_cs, b_rs, b_cs, x0, y0, z0];
+                let info = target.info("matmul", &scalars, &[&ba, &bb])?;
+                let args = [Arg::Input(0), Arg::Input(1), Program::OUT];
+                p.kernel(source.clone(), format!("matmul/{dtype}"), Grid::Exact([nx, ny, nz], 256), &args, info)?;
+            }
+        }
+    }
+    Ok(())
+}

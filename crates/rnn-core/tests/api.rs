@@ -2,10 +2,8 @@
 //! operators (`+ - * /` and unary `-` on owned and borrowed tensors and on `f64`), on every
 //! device: printing reads the (possibly strided) values back from the device.
 
-mod common;
-
-use common::{other_dtype, supports, widest_float};
 use rnn_core::{DType, Device, Error, Result, Tensor};
+use rnn_testutil::{other_dtype, supports, test_device, widest_float};
 
 fn matrix(device: Device) -> Result<Tensor> {
     Tensor::from_vec(vec![1f32, -2.5, 3., 4., 5., -6.], (2, 3), device)

@@ -3,8 +3,6 @@
 //! with the sizes, after which the device keeps working; the allocator's statistics move.
 #![cfg(feature = "cuda")]
 
-mod common;
-
 use std::sync::{Mutex, MutexGuard};
 
 use rnn_core::{DType, Device, Error, Tensor};
@@ -20,7 +18,7 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
 #[test]
 fn allocating_past_the_card_is_an_error_and_the_device_keeps_working() -> rnn_core::Result<()> {
     let _pool = one_at_a_time();
-    common::on_gpu(Device::Cuda(0), |device| {
+    rnn_testutil::on_gpu(Device::Cuda(0), |device| {
         let total = rnn_core::cuda::device_info(0)?.total_memory as usize;
         let err = Tensor::zeros(total / 4 * 2, DType::F32, device).unwrap_err();
         match err {
@@ -36,7 +34,7 @@ fn allocating_past_the_card_is_an_error_and_the_device_keeps_working() -> rnn_co
 #[test]
 fn the_pool_reuses_buffers_and_empties() -> rnn_core::Result<()> {
     let _pool = one_at_a_time();
-    common::on_gpu(Device::Cuda(0), |device| {
+    rnn_testutil::on_gpu(Device::Cuda(0), |device| {
         let x = Tensor::ones(1000, DType::F32, device)?;
         for _ in 0..5 {
             let _ = x.exp()?;

@@ -3,10 +3,8 @@
 //! checks run on every device (in the dtypes it supports), except those about the host
 //! itself: builds without a backend, and host memory.
 
-mod common;
-
-use common::{floats, other_dtype};
 use rnn_core::{DType, Device, Error, Layout, Result, Tensor};
+use rnn_testutil::{floats, other_dtype, test_device};
 
 const CPU: Device = Device::Cpu;
 
@@ -14,7 +12,7 @@ const CPU: Device = Device::Cpu;
 fn iota(device: Device, shape: &[usize], dtype: DType) -> Tensor {
     let n: usize = shape.iter().product();
     let data: Vec<f64> = (0..n).map(|i| i as f64).collect();
-    common::tensor(&data, shape, dtype, device)
+    rnn_testutil::tensor(&data, shape, dtype, device)
 }
 
 fn f32s(device: Device, shape: &[usize]) -> Tensor {
@@ -28,7 +26,7 @@ fn ids(device: Device, values: &[i64]) -> Tensor {
 /// Shape, dtype, device and elements (as f64, read on the host) of a tensor: what must
 /// survive a failed call.
 fn snapshot(t: &Tensor) -> (Vec<usize>, DType, Device, Vec<f64>) {
-    (t.dims().to_vec(), t.dtype(), t.device(), common::values(t))
+    (t.dims().to_vec(), t.dtype(), t.device(), rnn_testutil::values(t))
 }
 
 /// Runs `f`, which must fail, and checks that `inputs` are unchanged afterwards.
@@ -158,7 +156,7 @@ test_device!(broadcast_incompatible_test, broadcast_incompatible);
 
 fn dtype_mismatch(device: Device) -> Result<()> {
     // F64 where the device has it, else another dtype it holds.
-    let other = if common::supports(device, DType::F64) { DType::F64 } else { other_dtype(device, DType::F32) };
+    let other = if rnn_testutil::supports(device, DType::F64) { DType::F64 } else { other_dtype(device, DType::F32) };
     let name = format!("{other:?}");
     let (a, b) = (iota(device, &[2, 2], DType::F32), iota(device, &[2, 2], other));
     check!(
@@ -590,8 +588,8 @@ fn valid_edge_cases_are_not_errors(device: Device) -> Result<()> {
     // u8 class ids above 255 classes keep one column per class.
     let c = Tensor::from_slice(&[255u8], 1, device).unwrap();
     let hot = c.one_hot(300, DType::U8).unwrap();
-    assert_eq!(common::values(&hot.sum_all().unwrap()), vec![1.0]);
-    assert_eq!(common::values(&hot.argmax(1).unwrap()), vec![255.0]);
+    assert_eq!(rnn_testutil::values(&hot.sum_all().unwrap()), vec![1.0]);
+    assert_eq!(rnn_testutil::values(&hot.argmax(1).unwrap()), vec![255.0]);
     Ok(())
 }
 test_device!(valid_edge_cases_are_not_errors_test, valid_edge_cases_are_not_errors);

@@ -6,13 +6,11 @@
 //! Every property runs on every device, with the dtypes that device supports; a GPU device
 //! runs `GPU_SHARE` of the cases (each case launches dozens of kernels).
 
-mod common;
-
-use common::{dtypes, floats, supports};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use rnn_core::op_table::{BinaryOp, CmpOp, UnaryOp};
 use rnn_core::{DType, Device, Dims, Result, Tensor};
+use rnn_testutil::{dtypes, floats, supports, test_device};
 
 const CPU: Device = Device::Cpu;
 
@@ -85,7 +83,7 @@ fn build(s: &Spec) -> Tensor {
     let make = |shape: &[usize]| {
         let n: usize = shape.iter().product();
         let data: Vec<f64> = (0..n).map(|i| ((i * 7 + s.seed) % 11) as f64 - 3.0).collect();
-        common::try_tensor(&data, shape, s.dtype, s.device).expect("build input")
+        rnn_testutil::try_tensor(&data, shape, s.dtype, s.device).expect("build input")
     };
     let r = s.shape.len();
     let t = match s.view {
@@ -132,10 +130,15 @@ fn cycled(vals: &[i64], n: usize) -> Vec<i64> {
     (0..n).map(|i| if vals.is_empty() { 0 } else { vals[i % vals.len()] }).collect()
 }
 
-/// Whether every index (as stored in `dtype`: unsigned types clamp negatives to 0) is below `size`.
+/// Whether every index (as stored in `dtype`: casts between integers wrap, as in PyTorch) is
+/// below `size`.
 fn all_in_range(vals: &[i64], dtype: DType, size: usize) -> bool {
     vals.iter().all(|&v| {
-        let v = if dtype == DType::I64 { v } else { v.max(0) };
+        let v = match dtype {
+            DType::U8 => i64::from(v as u8),
+            DType::U32 => i64::from(v as u32),
+            _ => v,
+        };
         v >= 0 && (v as usize) < size
     })
 }

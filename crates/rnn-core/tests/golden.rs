@@ -3,23 +3,21 @@
 //! forward output and the gradients of `sum(out * w)` are compared with PyTorch's.
 //!
 //! Each case runs on every device, twice where the device has f64: in f64 (tolerance
-//! `F64_TOL`) and with its float inputs in f32 (`F32_TOL`, relaxed to the GPU's f32 math by
+//! `tolerance(F64).result`) and with its float inputs in f32 (`tolerance(F32).result`, relaxed to the GPU's f32 math by
 //! `tol_on`), both against the same f64 golden values. The inputs are multiples of 2^-10,
 //! exact in f32, so the f32 run only sees its own rounding. Errors are
-//! `|ours - torch| / (1 + |torch|)` (`common::max_rel_err`).
+//! `|ours - torch| / (1 + |torch|)` (`rnn_testutil::max_rel_err`).
 //!
 //! A case whose op the test does not know fails, as does a unary or binary op of the op
 //! table without a golden case (`NO_GOLDEN` lists the deliberate exceptions), so the fixture,
 //! the op table and this file cannot drift apart silently.
 
-mod common;
-
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use common::{max_rel_err, supports, tol_on, values};
 use rnn_core::op_table::{BinaryOp, UnaryOp};
 use rnn_core::{AllDims, DType, Device, Result, Tensor};
+use rnn_testutil::{max_rel_err, supports, test_device, tol_on, tolerance, values};
 use serde_json::Value;
 
 const FIXTURE: &str = include_str!("golden/golden.json");
@@ -27,11 +25,12 @@ const FORMAT: u64 = 1;
 const CPU: Device = Device::Cpu;
 
 /// The inputs and formulas are well-conditioned, so f64 results agree with PyTorch to a few
-/// ulps; 1e-10 leaves room for different summation orders and libm implementations.
-const F64_TOL: f64 = 1e-10;
-/// f32 has a 6e-8 ulp; sums of up to 24 terms and exp/pow of moderate arguments stay well
-/// below this.
-const F32_TOL: f64 = 1e-5;
+/// ulps; `tolerance(F64).result` (1e-10) leaves room for different summation orders and libm
+/// implementations. In f32, `tolerance(F32).result` (1e-5): f32 has a 6e-8 ulp, and sums of up
+/// to 24 terms and exp/pow of moderate arguments stay well below it.
+fn golden_tol(dtype: DType) -> f64 {
+    tolerance(dtype).result
+}
 
 /// Unary ops of the table with no golden case, and why.
 const NO_GOLDEN: &[(&str, &str)] = &[("step", "its gradient is zero and torch has no single op for it (heaviside)")];
@@ -96,7 +95,7 @@ fn compare(what: &str, t: &Tensor, want: &Golden, exact: bool) -> CaseResult {
     let got = values(t);
     let err = max_rel_err(&got, &want.data);
     if exact && err != 0.0 {
-        return Err(format!("{what}: {}", common::diff_summary(&got, &want.data)));
+        return Err(format!("{what}: {}", rnn_testutil::diff_summary(&got, &want.data)));
     }
     Ok(err)
 }
@@ -376,11 +375,11 @@ fn pytorch_golden_values(device: Device) -> Result<()> {
             (Some("binary"), Some(f)) => drop(binary_seen.insert(f.to_string())),
             _ => {}
         }
-        for (k, (dtype, tol)) in [(DType::F64, F64_TOL), (DType::F32, F32_TOL)].into_iter().enumerate() {
+        for (k, dtype) in [DType::F64, DType::F32].into_iter().enumerate() {
             if !supports(device, dtype) {
                 continue;
             }
-            match run_guarded(case, dtype, tol_on(device, tol), device) {
+            match run_guarded(case, dtype, tol_on(device, golden_tol(dtype)), device) {
                 Ok(err) if err > worst[k].0 => worst[k] = (err, name.clone()),
                 Ok(_) => {}
                 Err(msg) => failures.push(format!("{name} [{dtype}]: {msg}")),

@@ -9,16 +9,13 @@
 //! `backward_matches_cpu` runs the same table forward and backward in f32 and compares the
 //! values and gradients with the f64 CPU computation (that the gradcheck has verified).
 
-mod common;
-
-use common::{floats, max_rel_err, tol_on, values, widest_float};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rnn_core::op_table::{BinaryOp, UnaryOp};
 use rnn_core::{no_grad, DType, Device, Epilogue, GradStore, NoGradGuard, Result, Tensor};
+use rnn_testutil::{floats, max_rel_err, test_device, tol_on, tolerance, values, widest_float, GRADCHECK_TOL};
 
 const H: f64 = 1e-6;
-const TOL: f64 = 1e-5;
 const CPU: Device = Device::Cpu;
 
 /// Where an input's random values come from.
@@ -161,8 +158,8 @@ fn run_check(case: &Case, rng: &mut StdRng) -> std::result::Result<(), String> {
         let numeric = numeric_grad(case, &mut data, &w, i).map_err(err)?;
         all_zero &= numeric.iter().all(|v| v.abs() < 1e-9);
         let e = max_rel_err(&analytic, &numeric);
-        if e > TOL || e.is_nan() {
-            return Err(format!("input {i}: max rel err {e:.3e}: {}", common::diff_summary(&analytic, &numeric)));
+        if e > GRADCHECK_TOL || e.is_nan() {
+            return Err(format!("input {i}: max rel err {e:.3e}: {}", rnn_testutil::diff_summary(&analytic, &numeric)));
         }
     }
     if all_zero != case.zero_grad {
@@ -201,10 +198,6 @@ fn gradcheck_every_op() {
 }
 
 // ---------------------------------------------------------------- every device against the CPU
-
-/// Relative tolerance (`max_rel_err`) of f32 results and gradients against f64: the inputs
-/// stay away from kinks, so only rounding (and the device's f32 math) separates them.
-const F32_VS_F64_TOL: f64 = 1e-4;
 
 /// The output values and the gradient of `sum(f(inputs) * w)` for each input (`None` where
 /// backward recorded none), with the inputs in `dtype` on `device`.
@@ -245,17 +238,22 @@ fn compare_with_cpu(case: &Case, rng: &mut StdRng, device: Device) -> std::resul
     if dims != want_dims {
         return Err(format!("output shape {dims:?}, the CPU's is {want_dims:?}"));
     }
-    let tol = tol_on(device, F32_VS_F64_TOL);
+    // f32 results and gradients against f64: the inputs stay away from kinks, so only rounding
+    // (and the device's f32 math) separates them.
+    let tol = tol_on(device, tolerance(DType::F32).grad);
     let e = max_rel_err(&got, &want);
     if e > tol {
-        return Err(format!("output: max rel err {e:.3e}: {}", common::diff_summary(&got, &want)));
+        return Err(format!("output: max rel err {e:.3e}: {}", rnn_testutil::diff_summary(&got, &want)));
     }
     for (i, (g, w)) in grads.iter().zip(&want_grads).enumerate() {
         match (g, w) {
             (Some(g), Some(w)) => {
                 let e = max_rel_err(g, w);
                 if e > tol {
-                    return Err(format!("input {i}: gradient max rel err {e:.3e}: {}", common::diff_summary(g, w)));
+                    return Err(format!(
+                        "input {i}: gradient max rel err {e:.3e}: {}",
+                        rnn_testutil::diff_summary(g, w)
+                    ));
                 }
             }
             (None, None) => {}
@@ -519,7 +517,7 @@ fn window_cases() -> Vec<Case> {
 
 /// A variable of the most precise float dtype of `device`.
 fn leaf(values: &[f64], dims: &[usize], device: Device) -> Result<Tensor> {
-    Ok(common::tensor(values, dims, widest_float(device), device).requires_grad())
+    Ok(rnn_testutil::tensor(values, dims, widest_float(device), device).requires_grad())
 }
 
 fn grad_of(grads: &GradStore, t: &Tensor) -> Vec<f64> {
@@ -559,7 +557,7 @@ test_device!(detach_stops_gradients_test, detach_stops_gradients);
 
 fn backward_into_accumulates(device: Device) -> Result<()> {
     let x = leaf(&[0.5, -1.0, 2.0, 0.25], &[2, 2], device)?;
-    let w = common::tensor(&[1.0, 2.0, 3.0, 4.0], &[2, 2], x.dtype(), device);
+    let w = rnn_testutil::tensor(&[1.0, 2.0, 3.0, 4.0], &[2, 2], x.dtype(), device);
     let loss = || x.sqr()?.mul(&w)?.sum_all();
     let once = grad_of(&loss()?.backward()?, &x);
     assert_eq!(once, vec![1.0, -4.0, 12.0, 2.0]);
@@ -594,7 +592,7 @@ test_device!(tensor_used_twice_adds_gradients_test, tensor_used_twice_adds_gradi
 fn to_dtype_gradient_round_trip(device: Device) -> Result<()> {
     let x = leaf(&[0.1, -0.2, 0.3], &[3], device)?;
     let narrow = floats(device).into_iter().find(|&d| d != x.dtype()).unwrap_or(x.dtype());
-    let w = common::tensor(&[1.25, -2.5, 0.75], &[3], x.dtype(), device);
+    let w = rnn_testutil::tensor(&[1.25, -2.5, 0.75], &[3], x.dtype(), device);
     let y = x.to_dtype(narrow)?.to_dtype(x.dtype())?.mul(&w)?.sum_all()?;
     let g = y.backward()?;
     assert_eq!(grad_of(&g, &x), vec![1.25, -2.5, 0.75], "through {narrow}");

@@ -1,10 +1,9 @@
 //! The op table is the single definition of every elementwise op: each entry must be
 //! complete (CPU formula, CUDA and WGSL expressions) and runnable on every backend.
 
-mod common;
-use common::*;
 use rnn_core::op_table::{BinaryOp, CmpOp, UnaryOp};
 use rnn_core::{DType, Device, Result, Tensor};
+use rnn_testutil::*;
 use std::collections::HashSet;
 
 /// Whether `expr` uses the variable `name` as a whole token (not inside `fmax`).
@@ -36,14 +35,8 @@ fn every_op_runs(device: Device) -> Result<()> {
     let x = Tensor::rand(0.1, 2.0, (3, 5), DType::F64, Device::Cpu)?;
     let y = Tensor::rand(0.1, 2.0, (3, 5), DType::F64, Device::Cpu)?;
     for dtype in floats(device) {
-        let tol = tol_on(
-            device,
-            match dtype {
-                DType::F64 => 1e-12,
-                DType::F32 => 1e-5,
-                _ => 2e-2,
-            },
-        );
+        // One op on inputs rounded to `dtype`, against f64 on the exact inputs.
+        let tol = tol_on(device, tolerance(dtype).result);
         let (xd, yd) = (x.to_dtype(dtype)?.to_device(device)?, y.to_dtype(dtype)?.to_device(device)?);
         for &op in UnaryOp::ALL {
             let want = x.unary(op)?;
@@ -53,12 +46,71 @@ fn every_op_runs(device: Device) -> Result<()> {
             let want = x.binary(&y, op)?;
             assert_close(&xd.binary(&yd, op)?.to_device(Device::Cpu)?, &want, tol);
         }
-        for &op in CmpOp::ALL {
-            let got = values(&xd.cmp(&xd, op)?);
-            let want = values(&x.cmp(&x, op)?);
-            assert_eq!(got, want, "{} on {dtype}", op.name());
-        }
     }
     Ok(())
 }
 test_device!(every_op_runs_test, every_op_runs);
+
+/// Each element pair of `cmp_operands` is less, equal or greater.
+#[derive(Clone, Copy)]
+enum Rel {
+    Less,
+    Equal,
+    Greater,
+}
+
+/// Operand pairs whose elements are less, equal and greater in turn, exact in every dtype
+/// (small integers for all; negative and fractional values for floats, the halves and
+/// quarters bf16 holds). Returns (a, b, relation of each element pair).
+fn cmp_operands(dtype: DType) -> (Vec<f64>, Vec<f64>, Vec<Rel>) {
+    use Rel::*;
+    let mut pairs = vec![(1.0, 2.0, Less), (2.0, 2.0, Equal), (5.0, 4.0, Greater), (0.0, 0.0, Equal), (0.0, 7.0, Less)];
+    pairs.push((255.0, 254.0, Greater)); // the top of u8
+    if dtype.is_float() {
+        pairs.extend([(-0.5, 0.25, Less), (2.25, 2.25, Equal), (-3.0, -3.5, Greater), (-1.5, -1.5, Equal)]);
+    }
+    let a = pairs.iter().map(|p| p.0).collect();
+    let b = pairs.iter().map(|p| p.1).collect();
+    (a, b, pairs.iter().map(|p| p.2).collect())
+}
+
+/// Whether `op` holds for an element pair with relation `rel`, written out per op rather
+/// than with the op table's own formula.
+fn expected(op: CmpOp, rel: Rel) -> bool {
+    use Rel::*;
+    match op {
+        CmpOp::Eq => matches!(rel, Equal),
+        CmpOp::Ne => !matches!(rel, Equal),
+        CmpOp::Lt => matches!(rel, Less),
+        CmpOp::Le => matches!(rel, Less | Equal),
+        CmpOp::Gt => matches!(rel, Greater),
+        CmpOp::Ge => matches!(rel, Greater | Equal),
+    }
+}
+
+/// Every comparison of the table, on two different operands with less, equal and greater
+/// element pairs (so each op yields both true and false), in every dtype of the device: the
+/// result is the expected 0 / 1 mask, also with the operands swapped (`a < b` is `b > a`).
+fn every_comparison_gives_the_expected_mask(device: Device) -> Result<()> {
+    for dtype in dtypes(device) {
+        let (a, b, rels) = cmp_operands(dtype);
+        let (at, bt) = (tensor(&a, &[a.len()], dtype, device), tensor(&b, &[b.len()], dtype, device));
+        for &op in CmpOp::ALL {
+            let want: Vec<f64> = rels.iter().map(|&r| expected(op, r) as u8 as f64).collect();
+            assert!(want.contains(&0.0) && want.contains(&1.0), "{}: operands give one answer only", op.name());
+            let got = at.cmp(&bt, op)?;
+            assert_eq!(got.dims(), at.dims(), "{} on {dtype}", op.name());
+            assert_eq!(values(&got), want, "{} on {dtype}: {a:?} vs {b:?}", op.name());
+            let swapped = match op {
+                CmpOp::Lt => CmpOp::Gt,
+                CmpOp::Le => CmpOp::Ge,
+                CmpOp::Gt => CmpOp::Lt,
+                CmpOp::Ge => CmpOp::Le,
+                same => same,
+            };
+            assert_eq!(values(&bt.cmp(&at, swapped)?), want, "{} swapped on {dtype}", op.name());
+        }
+    }
+    Ok(())
+}
+test_device!(every_comparison_gives_the_expected_mask_test, every_comparison_gives_the_expected_mask);

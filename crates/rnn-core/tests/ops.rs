@@ -5,14 +5,13 @@
 //! Each body runs on every device with the dtypes that device supports (`floats`,
 //! `supports`); reference values are computed on the host in f64.
 
-mod common;
-
-use common::*;
 use half::{bf16, f16};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rnn_core::op_table::{BinaryOp, CmpOp, UnaryOp};
 use rnn_core::{manual_seed, DType, Device, Epilogue, Result, Tensor};
+use rnn_testutil::reference::*;
+use rnn_testutil::*;
 
 fn rng(seed: u64) -> StdRng {
     StdRng::seed_from_u64(seed)
@@ -24,13 +23,7 @@ fn randn(rng: &mut StdRng, dims: &[usize], dtype: DType, device: Device) -> Resu
 
 /// Relative tolerance of results rounded to `dtype` (a few ulps of the format).
 fn tol(dtype: DType) -> f64 {
-    match dtype {
-        DType::F64 => 1e-12,
-        DType::F32 => 1e-6,
-        DType::F16 => 1e-3,
-        DType::BF16 => 8e-3,
-        _ => 0.0,
-    }
+    tolerance(dtype).op
 }
 
 /// Checks shape and values of `got` against `want`. The tolerance is the one given, relaxed

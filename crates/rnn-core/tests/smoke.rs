@@ -1,6 +1,5 @@
-mod common;
-use common::*;
 use rnn_core::{DType, Device, Result, Tensor};
+use rnn_testutil::*;
 
 fn matmul_relu_backward(device: Device) -> Result<()> {
     let x = tensor(&[1., -2., 3., 4., 5., -6.], &[2, 3], DType::F32, device).requires_grad();

@@ -3,10 +3,8 @@
 //! process must keep working afterwards.
 #![cfg(feature = "wgpu")]
 
-mod common;
-
-use common::{values, wgpu_test_device};
 use rnn_core::{DType, Device, Error, Tensor};
+use rnn_testutil::{values, wgpu_test_device};
 
 /// The test adapter, or `None` (with a message) on a machine without one.
 fn adapter() -> Option<(Device, rnn_core::WgpuAdapterInfo)> {

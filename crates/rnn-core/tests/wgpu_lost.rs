@@ -3,18 +3,11 @@
 //! test binary, because the device stays lost for the rest of the process.
 #![cfg(feature = "wgpu")]
 
-mod common;
-
 use rnn_core::{DType, Device, Error, Tensor};
 
 #[test]
 fn a_lost_device_is_reported_not_a_panic() -> rnn_core::Result<()> {
-    let device = common::wgpu_test_device();
-    if let Err(e) = device.check_available() {
-        assert!(!device.is_required_by_env(), "{device}: {e}");
-        eprintln!("SKIPPED on {device}: {e}");
-        return Ok(());
-    }
+    let Some(device) = rnn_testutil::usable(rnn_testutil::wgpu_test_device()) else { return Ok(()) };
     let Device::Wgpu(i) = device else { unreachable!() };
     let x = Tensor::ones(16, DType::F32, device)?;
     rnn_core::wgpu::destroy(i)?;

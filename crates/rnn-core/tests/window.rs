@@ -3,13 +3,11 @@
 //! finite-difference gradient checks, every dtype and layout, and the error paths. Everything
 //! but the (f64) gradient checks runs on every device, in the dtypes it supports.
 
-mod common;
-
-use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rnn_core::gradcheck::GradCheck;
 use rnn_core::{DType, Device, Error, Result, Tensor, Window2d};
+use rnn_testutil::*;
 
 const CPU: Device = Device::Cpu;
 
@@ -29,13 +27,6 @@ fn configs() -> Vec<([usize; 4], Window2d)> {
         ([1, 3, 2, 3], w((5, 4), (1, 1), (2, 2), (1, 1))),
         ([1, 1, 1, 1], w((3, 3), (2, 1), (2, 1), (1, 1))),
     ]
-}
-
-/// Uniform values in [-1, 1), drawn in f64 on the host, then cast and moved to `device`.
-fn random(seed: u64, dims: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-    Tensor::rand_with(&mut StdRng::seed_from_u64(seed), -1.0, 1.0, dims, DType::F64, CPU)?
-        .to_dtype(dtype)?
-        .to_device(device)
 }
 
 fn out_size(size: usize, k: usize, s: usize, p: usize, d: usize) -> usize {

@@ -6,7 +6,7 @@
 //! silent broadcasting of `[N, 1]` against `[N]`), targets must have the right dtype, class
 //! ids must be in range, and empty batches are an error rather than a NaN.
 
-use rnn_core::{DType, Error, Result, Tensor};
+use rnn_core::{DType, Device, Error, Result, Tensor};
 
 /// How per-element losses become the result.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -143,7 +143,7 @@ pub fn binary_cross_entropy(probs: &Tensor, targets: &Tensor) -> Result<Tensor> 
 pub fn binary_cross_entropy_with(probs: &Tensor, targets: &Tensor, reduction: Reduction) -> Result<Tensor> {
     const OP: &str = "binary_cross_entropy";
     check_pair(OP, probs, targets)?;
-    let (lo, hi) = (probs.min_all()?.to_scalar::<f64>()?, probs.max_all()?.to_scalar::<f64>()?);
+    let (lo, hi) = (probs.min_all()?.to_f64_scalar()?, probs.max_all()?.to_f64_scalar()?);
     if !(lo >= 0.0 && hi <= 1.0) {
         let msg = format!("probabilities must be in [0, 1], got values in [{lo}, {hi}] (use the _with_logits form)");
         return Err(Error::invalid(OP, msg));
@@ -155,11 +155,27 @@ pub fn binary_cross_entropy_with(probs: &Tensor, targets: &Tensor, reduction: Re
     reduction.apply(per_element, probs.elem_count())
 }
 
-/// `max(log(x), -100)`. The input is raised to e^-100 before the log, so an input of 0
-/// gets a zero gradient instead of 0/0.
+/// `max(log(x), -100)`. Inputs at or below `tiny` (e^-100, or the dtype's smallest normal
+/// number where e^-100 is not a normal number of it, as in f32) give -100 through a select,
+/// and the log only ever sees inputs of at least `tiny`: an input of 0 gets a zero gradient
+/// instead of 0/0, and no subnormal reaches the log, whose result GPUs flush or approximate
+/// (lavapipe returns log(2^-127) = -88.03 for every f32 subnormal).
 fn clamped_log(x: &Tensor) -> Result<Tensor> {
     const LOG_FLOOR: f64 = -100.0;
-    x.maximum_scalar(LOG_FLOOR.exp())?.log()?.maximum_scalar(LOG_FLOOR)
+    let tiny = LOG_FLOOR.exp().max(smallest_normal(x.dtype()));
+    let log = x.maximum_scalar(tiny)?.log()?.maximum_scalar(LOG_FLOOR)?;
+    let floor = Tensor::full(LOG_FLOOR, (), x.dtype(), x.device())?;
+    x.gt_scalar(tiny)?.where_cond(&log, &floor)
+}
+
+/// The smallest positive normal number of a float dtype (0 for integers).
+fn smallest_normal(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => f64::MIN_POSITIVE,
+        DType::F32 | DType::BF16 => f32::MIN_POSITIVE as f64,
+        DType::F16 => 6.103515625e-5,
+        DType::U8 | DType::U32 | DType::I64 => 0.0,
+    }
 }
 
 /// Binary cross entropy of `sigmoid(logits)` against targets of the same shape, averaged,
@@ -358,7 +374,8 @@ impl ClassIds {
         let device = scores.device();
         let safe: Vec<i64> = host.iter().map(|&id| if ignored(id) { 0 } else { id }).collect();
         let keep: Vec<f64> = host.iter().map(|&id| if ignored(id) { 0.0 } else { 1.0 }).collect();
-        let keep = Tensor::from_vec(keep, targets.dims(), device)?.to_dtype(scores.dtype())?;
+        // Built on the host in f64, then cast and moved: the device need not hold f64.
+        let keep = Tensor::from_vec(keep, targets.dims(), Device::Cpu)?.to_dtype(scores.dtype())?.to_device(device)?;
         Ok(ClassIds { safe: Tensor::from_vec(safe, targets.dims(), device)?, keep: Some(keep), kept })
     }
 }

@@ -1,31 +1,29 @@
-//! Optimizers, schedulers and clipping against PyTorch (`tests/golden/optim.json`, written by
-//! `tests/golden/make_optim_golden.py`), plus the fused CPU update against the tensor-op path,
-//! skipped parameters and config errors.
+//! Optimizers, schedulers and clipping on every device: against PyTorch
+//! (`tests/golden/optim.json`, written by `tests/golden/make_optim_golden.py`) in every checked
+//! dtype, the update of each device against the CPU's tensor-op path (on the CPU: the fused
+//! update against the tensor ops), skipped parameters and config errors.
 
-use rnn_core::{manual_seed, DType, Device, Error, GradStore, Result, Tensor};
+use rnn_core::{DType, Device, Error, GradStore, Result, Tensor};
 use rnn_nn::optim::{
     clip_grad_norm, clip_grad_value, Adagrad, AdagradConfig, Adam, AdamConfig, AdamW, LrSchedule, Optimizer,
     OptimizerConfig, PlateauConfig, PlateauMode, RmsProp, RmsPropConfig, Sgd, SgdConfig,
 };
 use rnn_nn::{mse, Linear, Module};
+use rnn_testutil::{
+    checked_floats, floats, is_invalid, max_abs_diff, max_rel_err, rng, test_device, to, tol_on, tolerance, values,
+    widest_float,
+};
 use serde_json::Value;
 
 const FIXTURE: &str = include_str!("golden/optim.json");
 const CPU: Device = Device::Cpu;
-/// Five f64 updates of a well-conditioned net: agreement to a few ulps is expected.
-const F64_TOL: f64 = 1e-10;
 
 fn golden() -> Value {
     serde_json::from_str(FIXTURE).expect("optim.json is valid JSON")
 }
 
-fn floats(v: &Value) -> Vec<f64> {
+fn numbers(v: &Value) -> Vec<f64> {
     v.as_array().expect("an array").iter().map(|x| x.as_f64().expect("a number")).collect()
-}
-
-fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len(), "lengths differ");
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
 }
 
 /// The golden model: parameters `[w1, b1, w2, b2]` (fresh tracked tensors) and the data.
@@ -36,12 +34,13 @@ struct Model {
 }
 
 impl Model {
-    fn from_golden(g: &Value) -> Result<Model> {
+    /// The model with its tensors in `dtype` on `device`.
+    fn from_golden(g: &Value, dtype: DType, device: Device) -> Result<Model> {
         let tensor = |name: &str| {
             let t = &g["model"][name];
             let shape: Vec<usize> =
                 t["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
-            Tensor::from_vec(floats(&t["data"]), shape, CPU)
+            to(&Tensor::from_vec(numbers(&t["data"]), shape, CPU)?, dtype, device)
         };
         let params = ["w1", "b1", "w2", "b2"].iter().map(|n| Ok(tensor(n)?.requires_grad())).collect::<Result<_>>()?;
         Ok(Model { params, x: tensor("x")?, y: tensor("y")? })
@@ -54,8 +53,8 @@ impl Model {
         mse(&out, &self.y)?.backward()
     }
 
-    fn flat_params(&self) -> Result<Vec<Vec<f64>>> {
-        self.params.iter().map(|p| p.to_vec::<f64>()).collect()
+    fn flat_params(&self) -> Vec<Vec<f64>> {
+        self.params.iter().map(values).collect()
     }
 }
 
@@ -69,7 +68,7 @@ fn opt_bool(o: &Value, key: &str) -> bool {
 
 /// Our config for a PyTorch optimizer name and keyword options (defaults where absent).
 fn config_for(name: &str, o: &Value) -> OptimizerConfig {
-    let betas = o.get("betas").map(floats).unwrap_or_else(|| vec![0.9, 0.999]);
+    let betas = o.get("betas").map(numbers).unwrap_or_else(|| vec![0.9, 0.999]);
     let adam = |wd_default: f64| AdamConfig {
         lr: opt_f64(o, "lr", 1e-3),
         beta1: betas[0],
@@ -123,28 +122,35 @@ fn with_fused<O: Optimizer + 'static>(mut opt: O, set: fn(&mut O, bool), fused: 
     Box::new(opt)
 }
 
-#[test]
-fn optimizers_match_pytorch() -> Result<()> {
+/// Five updates of a well-conditioned net: in f64 agreement to a few ulps is expected; in f32
+/// the rounding of a computation (`tolerance(F32).result`).
+fn optimizers_match_pytorch(device: Device) -> Result<()> {
     let g = golden();
     let cases = g["optimizers"].as_array().unwrap();
     assert!(cases.len() >= 15);
-    for case in cases {
-        let name = case["name"].as_str().unwrap();
-        let config = config_for(case["optimizer"].as_str().unwrap(), &case["options"]);
-        for fused in [true, false] {
-            let model = Model::from_golden(&g)?;
-            let mut opt = build(&config, model.params.clone(), fused)?;
-            for (step, expected) in case["steps"].as_array().unwrap().iter().enumerate() {
-                opt.step(&model.grads()?)?;
-                for (i, (ours, theirs)) in model.flat_params()?.iter().zip(expected.as_array().unwrap()).enumerate() {
-                    let err = max_abs_diff(ours, &floats(theirs));
-                    assert!(err < F64_TOL, "{name} (fused {fused}) step {} param {i}: error {err:e}", step + 1);
+    for dtype in checked_floats(device) {
+        let tol = tol_on(device, tolerance(dtype).result);
+        for case in cases {
+            let name = case["name"].as_str().unwrap();
+            let config = config_for(case["optimizer"].as_str().unwrap(), &case["options"]);
+            for fused in [true, false] {
+                let model = Model::from_golden(&g, dtype, device)?;
+                let mut opt = build(&config, model.params.clone(), fused)?;
+                for (step, expected) in case["steps"].as_array().unwrap().iter().enumerate() {
+                    opt.step(&model.grads()?)?;
+                    for (i, (ours, theirs)) in model.flat_params().iter().zip(expected.as_array().unwrap()).enumerate()
+                    {
+                        let err = max_rel_err(ours, &numbers(theirs));
+                        let at = format!("{name} in {dtype} on {device} (fused {fused}) step {} param {i}", step + 1);
+                        assert!(err <= tol, "{at}: error {err:e}");
+                    }
                 }
             }
         }
     }
     Ok(())
 }
+test_device!(optimizers_match_pytorch_test, optimizers_match_pytorch);
 
 /// Our schedule for a golden scheduler case.
 fn schedule_for(name: &str, o: &Value) -> LrSchedule {
@@ -172,17 +178,17 @@ fn schedule_for(name: &str, o: &Value) -> LrSchedule {
     }
 }
 
-#[test]
-fn schedulers_match_pytorch() -> Result<()> {
+fn schedulers_match_pytorch(device: Device) -> Result<()> {
     let g = golden();
     let base = g["base_lr"].as_f64().unwrap();
     for case in g["schedulers"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
-        let expected = floats(&case["lrs"]);
+        let expected = numbers(&case["lrs"]);
         let metrics = case["metrics"].as_array().map(|m| m.iter().map(|x| x.as_f64()).collect::<Vec<_>>());
         let mut sched = schedule_for(name, &case["options"]).build(base)?;
         // The optimizer follows the scheduler through `apply` and `step`.
-        let mut opt = OptimizerConfig::sgd(base).build(vec![Tensor::zeros(1, DType::F64, CPU)?.requires_grad()])?;
+        let param = Tensor::zeros(1, widest_float(device), device)?.requires_grad();
+        let mut opt = OptimizerConfig::sgd(base).build(vec![param])?;
         sched.apply(opt.as_mut());
         let mut ours = vec![opt.learning_rate()];
         for epoch in 0..expected.len() - 1 {
@@ -196,42 +202,45 @@ fn schedulers_match_pytorch() -> Result<()> {
     }
     Ok(())
 }
+test_device!(schedulers_match_pytorch_test, schedulers_match_pytorch);
 
-fn flat_grads(grads: &GradStore, params: &[Tensor]) -> Result<Vec<f64>> {
-    let mut out = Vec::new();
-    for p in params {
-        out.extend(grads.get(p).expect("every parameter has a gradient").to_vec::<f64>()?);
-    }
-    Ok(out)
+fn flat_grads(grads: &GradStore, params: &[Tensor]) -> Vec<f64> {
+    params.iter().flat_map(|p| values(grads.get(p).expect("every parameter has a gradient"))).collect()
 }
 
 fn concat(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().flat_map(floats).collect()
+    v.as_array().unwrap().iter().flat_map(numbers).collect()
 }
 
-#[test]
-fn clipping_matches_pytorch() -> Result<()> {
+/// The gradients, their norm and the clipped gradients in each checked dtype: one backward
+/// pass and a few ops, so `tolerance(dtype).grad`.
+fn clipping_matches_pytorch(device: Device) -> Result<()> {
     let g = golden();
-    let model = Model::from_golden(&g)?;
     let clip = &g["clip"];
-    let raw = model.grads()?;
-    let err = max_abs_diff(&flat_grads(&raw, &model.params)?, &concat(&clip["grads"]));
-    assert!(err < 1e-12, "gradients differ from PyTorch's by {err:e}");
-    for case in clip["norm_cases"].as_array().unwrap() {
-        let mut grads = raw.clone();
-        let norm = clip_grad_norm(&mut grads, &model.params, case["max_norm"].as_f64().unwrap())?;
-        assert!((norm - case["norm"].as_f64().unwrap()).abs() < 1e-12, "norm {norm}");
-        let err = max_abs_diff(&flat_grads(&grads, &model.params)?, &concat(&case["grads"]));
-        assert!(err < 1e-12, "clip_grad_norm max_norm {}: error {err:e}", case["max_norm"]);
-    }
-    for case in clip["value_cases"].as_array().unwrap() {
-        let mut grads = raw.clone();
-        clip_grad_value(&mut grads, &model.params, case["clip"].as_f64().unwrap())?;
-        let err = max_abs_diff(&flat_grads(&grads, &model.params)?, &concat(&case["grads"]));
-        assert!(err < 1e-12, "clip_grad_value: error {err:e}");
+    for dtype in checked_floats(device) {
+        let tol = tol_on(device, tolerance(dtype).grad);
+        let model = Model::from_golden(&g, dtype, device)?;
+        let raw = model.grads()?;
+        let err = max_rel_err(&flat_grads(&raw, &model.params), &concat(&clip["grads"]));
+        assert!(err <= tol, "{dtype} on {device}: gradients differ from PyTorch's by {err:e}");
+        for case in clip["norm_cases"].as_array().unwrap() {
+            let mut grads = raw.clone();
+            let norm = clip_grad_norm(&mut grads, &model.params, case["max_norm"].as_f64().unwrap())?;
+            let want = case["norm"].as_f64().unwrap();
+            assert!(max_rel_err(&[norm], &[want]) <= tol, "{dtype} on {device}: norm {norm}, torch {want}");
+            let err = max_rel_err(&flat_grads(&grads, &model.params), &concat(&case["grads"]));
+            assert!(err <= tol, "{dtype} on {device}: clip_grad_norm max_norm {}: error {err:e}", case["max_norm"]);
+        }
+        for case in clip["value_cases"].as_array().unwrap() {
+            let mut grads = raw.clone();
+            clip_grad_value(&mut grads, &model.params, case["clip"].as_f64().unwrap())?;
+            let err = max_rel_err(&flat_grads(&grads, &model.params), &concat(&case["grads"]));
+            assert!(err <= tol, "{dtype} on {device}: clip_grad_value: error {err:e}");
+        }
     }
     Ok(())
 }
+test_device!(clipping_matches_pytorch_test, clipping_matches_pytorch);
 
 /// Every option combination the fused kernels distinguish.
 fn all_configs() -> Vec<OptimizerConfig> {
@@ -265,117 +274,124 @@ fn all_configs() -> Vec<OptimizerConfig> {
     ]
 }
 
-/// Runs 3 steps with random gradients from the same start, fused and with tensor ops.
-fn fused_vs_tensor_ops(config: &OptimizerConfig, dtype: DType, shapes: &[&[usize]]) -> Result<f64> {
-    manual_seed(7);
-    let start: Vec<Tensor> = shapes.iter().map(|s| Tensor::randn(0.0, 1.0, *s, dtype, CPU)).collect::<Result<_>>()?;
-    let grads: Vec<Vec<Tensor>> = (0..3)
-        .map(|_| shapes.iter().map(|s| Tensor::randn(0.0, 1.0, *s, dtype, CPU)).collect())
-        .collect::<Result<_>>()?;
-    let run = |fused: bool| -> Result<Vec<Vec<f64>>> {
+/// Runs 3 steps with random gradients from the same start in `dtype`: on `device` with the
+/// fused path on (used where it applies: contiguous CPU tensors) and on the CPU with tensor
+/// ops, the formulas' reference. Returns the largest difference of the parameters.
+fn update_vs_cpu_tensor_ops(
+    config: &OptimizerConfig,
+    dtype: DType,
+    device: Device,
+    shapes: &[&[usize]],
+) -> Result<f64> {
+    let mut r = rng(7);
+    let mut randn = |s: &[usize]| Tensor::randn_with(&mut r, 0.0, 1.0, s, dtype, CPU);
+    let start: Vec<Tensor> = shapes.iter().map(|s| randn(s)).collect::<Result<_>>()?;
+    let grads: Vec<Vec<Tensor>> = (0..3).map(|_| shapes.iter().map(|s| randn(s)).collect()).collect::<Result<_>>()?;
+    let run = |device: Device, fused: bool| -> Result<Vec<Vec<f64>>> {
         // Fresh storage for each run (the updates are in place).
-        let copy =
-            |t: &Tensor| Tensor::from_vec(t.to_dtype(DType::F64)?.to_vec::<f64>()?, t.dims(), CPU)?.to_dtype(dtype);
+        let copy = |t: &Tensor| to(&Tensor::from_vec(values(t), t.dims(), CPU)?, dtype, device);
         let params: Vec<Tensor> = start.iter().map(|t| Ok(copy(t)?.requires_grad())).collect::<Result<_>>()?;
         let mut opt = build(config, params.clone(), fused)?;
         for step in &grads {
             let mut store = GradStore::new();
-            params.iter().zip(step).for_each(|(p, g)| store.insert(p, g.clone()));
+            for (p, g) in params.iter().zip(step) {
+                store.insert(p, g.to_device(device)?);
+            }
             opt.step(&store)?;
         }
-        params.iter().map(|p| p.to_dtype(DType::F64)?.to_vec::<f64>()).collect()
+        Ok(params.iter().map(values).collect())
     };
-    let (a, b) = (run(true)?, run(false)?);
+    let (a, b) = (run(device, true)?, run(CPU, false)?);
     Ok(a.iter().zip(&b).map(|(x, y)| max_abs_diff(x, y)).fold(0.0, f64::max))
 }
 
-#[test]
-fn fused_update_equals_tensor_ops() -> Result<()> {
-    // The large tensor takes the multi-threaded path of the fused loop (above ~1M elements).
-    let shapes: &[&[usize]] = &[&[3, 5], &[7], &[1030, 1024]];
+fn update_equals_cpu_tensor_ops(device: Device) -> Result<()> {
+    // On the CPU, the large tensor takes the multi-threaded path of the fused loop (above ~1M
+    // elements); a GPU has no such path, and a software one (lavapipe) would only spend time.
+    let big: &[&[usize]] = if device.is_cpu() { &[&[1030, 1024]] } else { &[] };
+    let shapes: Vec<&[usize]> = [&[3, 5][..], &[7]].into_iter().chain(big.iter().copied()).collect();
     for config in all_configs() {
-        let err32 = fused_vs_tensor_ops(&config, DType::F32, shapes)?;
-        assert!(err32 < 1e-6, "{config:?} f32: {err32:e}");
-        let err64 = fused_vs_tensor_ops(&config, DType::F64, shapes)?;
-        assert!(err64 < 1e-12, "{config:?} f64: {err64:e}");
-    }
-    Ok(())
-}
-
-#[test]
-fn non_contiguous_gradient_takes_the_tensor_op_path() -> Result<()> {
-    let p = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], (2, 3), CPU)?.requires_grad();
-    let g = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], (3, 2), CPU)?.t()?;
-    let mut grads = GradStore::new();
-    grads.insert(&p, g.clone());
-    Sgd::new(vec![p.clone()], SgdConfig::with_lr(0.5))?.step(&grads)?;
-    let expected: Vec<f32> =
-        [1.0, 2.0, 3.0, 4.0, 5.0, 6.0].iter().zip(g.to_vec::<f32>()?).map(|(a, b)| a - 0.5 * b).collect();
-    assert_eq!(p.to_vec::<f32>()?, expected);
-    Ok(())
-}
-
-#[test]
-fn parameters_without_gradient_are_skipped() -> Result<()> {
-    for config in all_configs() {
-        for fused in [true, false] {
-            let a = Tensor::from_vec(vec![1.0f64, -2.0, 3.0], 3, CPU)?.requires_grad();
-            let b = Tensor::from_vec(vec![0.5f64, 0.25], 2, CPU)?.requires_grad();
-            let mut opt = build(&config, vec![a.clone(), b.clone()], fused)?;
-            let mut grads = GradStore::new();
-            grads.insert(&a, Tensor::from_vec(vec![0.1f64, 0.2, -0.3], 3, CPU)?);
-            let (a0, b0) = (a.to_vec::<f64>()?, b.to_vec::<f64>()?);
-            opt.step(&grads)?;
-            assert_eq!(b.to_vec::<f64>()?, b0, "{config:?}: b has no gradient and must not move");
-            assert_ne!(a.to_vec::<f64>()?, a0, "{config:?}: a must move");
-            // b's first update later is its own first step (fresh state, bias correction 1).
-            let mut only_b = GradStore::new();
-            only_b.insert(&b, Tensor::from_vec(vec![0.3f64, -0.1], 2, CPU)?);
-            opt.step(&only_b)?;
-            let fresh = Tensor::from_vec(b0, 2, CPU)?.requires_grad();
-            let mut fresh_grads = GradStore::new();
-            fresh_grads.insert(&fresh, Tensor::from_vec(vec![0.3f64, -0.1], 2, CPU)?);
-            build(&config, vec![fresh.clone()], fused)?.step(&fresh_grads)?;
-            assert_eq!(b.to_vec::<f64>()?, fresh.to_vec::<f64>()?, "{config:?}");
+        for dtype in checked_floats(device) {
+            let tol = tol_on(device, tolerance(dtype).op);
+            let err = update_vs_cpu_tensor_ops(&config, dtype, device, &shapes)?;
+            assert!(err <= tol, "{config:?} in {dtype} on {device}: {err:e}");
         }
     }
     Ok(())
 }
+test_device!(update_equals_cpu_tensor_ops_test, update_equals_cpu_tensor_ops);
 
-#[test]
-fn updates_keep_parameter_identity() -> Result<()> {
-    let w = Tensor::ones((2, 2), DType::F32, CPU)?.requires_grad();
+fn non_contiguous_gradient_takes_the_tensor_op_path(device: Device) -> Result<()> {
+    let p = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], (2, 3), device)?.requires_grad();
+    let g = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], (3, 2), device)?.t()?;
+    let mut grads = GradStore::new();
+    grads.insert(&p, g.clone());
+    Sgd::new(vec![p.clone()], SgdConfig::with_lr(0.5))?.step(&grads)?;
+    let expected: Vec<f64> = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0].iter().zip(values(&g)).map(|(a, b)| a - 0.5 * b).collect();
+    assert_eq!(values(&p), expected);
+    Ok(())
+}
+test_device!(non_contiguous_gradient_takes_the_tensor_op_path_test, non_contiguous_gradient_takes_the_tensor_op_path);
+
+fn parameters_without_gradient_are_skipped(device: Device) -> Result<()> {
+    let dtype = widest_float(device);
+    let t = |v: &[f64]| rnn_testutil::try_tensor(v, &[v.len()], dtype, device);
+    for config in all_configs() {
+        for fused in [true, false] {
+            let a = t(&[1.0, -2.0, 3.0])?.requires_grad();
+            let b = t(&[0.5, 0.25])?.requires_grad();
+            let mut opt = build(&config, vec![a.clone(), b.clone()], fused)?;
+            let mut grads = GradStore::new();
+            grads.insert(&a, t(&[0.1, 0.2, -0.3])?);
+            let (a0, b0) = (values(&a), values(&b));
+            opt.step(&grads)?;
+            assert_eq!(values(&b), b0, "{config:?}: b has no gradient and must not move");
+            assert_ne!(values(&a), a0, "{config:?}: a must move");
+            // b's first update later is its own first step (fresh state, bias correction 1).
+            let mut only_b = GradStore::new();
+            only_b.insert(&b, t(&[0.3, -0.1])?);
+            opt.step(&only_b)?;
+            let fresh = t(&b0)?.requires_grad();
+            let mut fresh_grads = GradStore::new();
+            fresh_grads.insert(&fresh, t(&[0.3, -0.1])?);
+            build(&config, vec![fresh.clone()], fused)?.step(&fresh_grads)?;
+            assert_eq!(values(&b), values(&fresh), "{config:?}");
+        }
+    }
+    Ok(())
+}
+test_device!(parameters_without_gradient_are_skipped_test, parameters_without_gradient_are_skipped);
+
+fn updates_keep_parameter_identity(device: Device) -> Result<()> {
+    let w = Tensor::ones((2, 2), DType::F32, device)?.requires_grad();
     let layer = Linear::from_tensors(w.clone(), None);
     let alias = w.detach(); // shares storage with w
-    let loss = layer.forward(&Tensor::ones((1, 2), DType::F32, CPU)?)?.sum_all()?;
+    let loss = layer.forward(&Tensor::ones((1, 2), DType::F32, device)?)?.sum_all()?;
     let mut opt = OptimizerConfig::adam(0.1).build(layer.parameters())?;
     opt.step(&loss.backward()?)?;
     let id_before = w.id();
     assert_eq!(layer.weight().id(), id_before);
     // Adam's first step moves each weight by lr (the gradient is 1 everywhere).
     for seen_through in [alias, layer.weight().clone()] {
-        assert!(seen_through.to_vec::<f32>()?.iter().all(|v| (v - 0.9).abs() < 1e-6));
+        assert!(values(&seen_through).iter().all(|v| (v - 0.9).abs() < 1e-6));
     }
     Ok(())
 }
+test_device!(updates_keep_parameter_identity_test, updates_keep_parameter_identity);
 
-#[test]
-fn duplicated_parameter_is_updated_once() -> Result<()> {
-    let w = Tensor::from_vec(vec![1.0f64, 2.0], 2, CPU)?.requires_grad();
+fn duplicated_parameter_is_updated_once(device: Device) -> Result<()> {
+    let dtype = widest_float(device);
+    let w = rnn_testutil::try_tensor(&[1.0, 2.0], &[2], dtype, device)?.requires_grad();
     let mut grads = GradStore::new();
-    grads.insert(&w, Tensor::from_vec(vec![1.0f64, 1.0], 2, CPU)?);
+    grads.insert(&w, Tensor::ones(2, dtype, device)?);
     Sgd::new(vec![w.clone(), w.clone()], SgdConfig::with_lr(0.5))?.step(&grads)?;
-    assert_eq!(w.to_vec::<f64>()?, vec![0.5, 1.5]);
+    assert_eq!(values(&w), vec![0.5, 1.5]);
     Ok(())
 }
+test_device!(duplicated_parameter_is_updated_once_test, duplicated_parameter_is_updated_once);
 
-fn is_invalid<T>(r: Result<T>) -> bool {
-    matches!(r, Err(Error::InvalidArgument { .. }))
-}
-
-#[test]
-fn bad_configs_are_errors() -> Result<()> {
-    let p = || vec![Tensor::zeros(2, DType::F32, CPU).unwrap().requires_grad()];
+fn bad_configs_are_errors(device: Device) -> Result<()> {
+    let p = || vec![Tensor::zeros(2, DType::F32, device).unwrap().requires_grad()];
     let adam = |c: AdamConfig| OptimizerConfig::Adam(c).build(p());
     assert!(is_invalid(OptimizerConfig::sgd(-0.1).build(p())));
     assert!(is_invalid(OptimizerConfig::adam(f64::NAN).build(p())));
@@ -392,7 +408,7 @@ fn bad_configs_are_errors() -> Result<()> {
     assert!(is_invalid(RmsProp::new(p(), RmsPropConfig { momentum: -0.5, ..Default::default() })));
     assert!(is_invalid(Adagrad::new(p(), AdagradConfig { lr_decay: -1.0, ..Default::default() })));
     assert!(is_invalid(Adagrad::new(p(), AdagradConfig { eps: -1e-10, ..Default::default() })));
-    let ids = Tensor::from_vec(vec![1u32, 2], 2, CPU)?;
+    let ids = Tensor::from_vec(vec![1u32, 2], 2, device)?;
     assert!(is_invalid(Sgd::new(vec![ids], SgdConfig::default())));
     // Schedules.
     assert!(is_invalid(LrSchedule::step(0, 0.5).build(0.1)));
@@ -409,23 +425,26 @@ fn bad_configs_are_errors() -> Result<()> {
     assert!(is_invalid(clip_grad_value(&mut grads, &p(), f64::INFINITY)));
     Ok(())
 }
+test_device!(bad_configs_are_errors_test, bad_configs_are_errors);
 
-#[test]
-fn mismatched_gradient_is_an_error() -> Result<()> {
-    let w = Tensor::zeros((2, 3), DType::F32, CPU)?.requires_grad();
+fn mismatched_gradient_is_an_error(device: Device) -> Result<()> {
+    let w = Tensor::zeros((2, 3), DType::F32, device)?.requires_grad();
+    let other = floats(device).into_iter().find(|&d| d != DType::F32);
     for config in all_configs() {
         let mut opt = config.build(vec![w.clone()])?;
         let mut grads = GradStore::new();
-        grads.insert(&w, Tensor::zeros((3, 2), DType::F32, CPU)?);
+        grads.insert(&w, Tensor::zeros((3, 2), DType::F32, device)?);
         assert!(matches!(opt.step(&grads), Err(Error::ShapeMismatch { .. })), "{config:?}");
-        grads.insert(&w, Tensor::zeros((2, 3), DType::F64, CPU)?);
-        assert!(matches!(opt.step(&grads), Err(Error::DTypeMismatch { .. })), "{config:?}");
+        if let Some(other) = other {
+            grads.insert(&w, Tensor::zeros((2, 3), other, device)?);
+            assert!(matches!(opt.step(&grads), Err(Error::DTypeMismatch { .. })), "{config:?}");
+        }
     }
     Ok(())
 }
+test_device!(mismatched_gradient_is_an_error_test, mismatched_gradient_is_an_error);
 
-#[test]
-fn optimizer_config_basics() -> Result<()> {
+fn optimizer_config_basics(device: Device) -> Result<()> {
     assert_eq!(OptimizerConfig::default(), OptimizerConfig::Adam(AdamConfig::default()));
     assert_eq!(
         OptimizerConfig::adamw(0.1),
@@ -433,25 +452,31 @@ fn optimizer_config_basics() -> Result<()> {
     );
     let c = OptimizerConfig::rmsprop(0.1).with_learning_rate(0.3);
     assert_eq!((c.learning_rate(), c.name()), (0.3, "RMSprop"));
-    let mut opt = c.build(vec![Tensor::zeros(2, DType::F32, CPU)?.requires_grad()])?;
+    let mut opt = c.build(vec![Tensor::zeros(2, DType::F32, device)?.requires_grad()])?;
     assert_eq!(opt.learning_rate(), 0.3);
     opt.set_learning_rate(0.05);
     assert_eq!(opt.learning_rate(), 0.05);
     Ok(())
 }
+test_device!(optimizer_config_basics_test, optimizer_config_basics);
 
-#[test]
-fn clip_grad_norm_ignores_missing_and_duplicate_parameters() -> Result<()> {
-    let a = Tensor::zeros(2, DType::F64, CPU)?.requires_grad();
-    let b = Tensor::zeros(2, DType::F64, CPU)?.requires_grad();
+fn clip_grad_norm_ignores_missing_and_duplicate_parameters(device: Device) -> Result<()> {
+    let dtype = widest_float(device);
+    let a = Tensor::zeros(2, dtype, device)?.requires_grad();
+    let b = Tensor::zeros(2, dtype, device)?.requires_grad();
     let mut grads = GradStore::new();
-    grads.insert(&a, Tensor::from_vec(vec![3.0f64, 4.0], 2, CPU)?);
+    grads.insert(&a, rnn_testutil::try_tensor(&[3.0, 4.0], &[2], dtype, device)?);
     let norm = clip_grad_norm(&mut grads, &[a.clone(), a.clone(), b.clone()], 1.0)?;
     assert_eq!(norm, 5.0);
-    let clipped = grads.get(&a).unwrap().to_vec::<f64>()?;
-    assert!((clipped[0] - 3.0 / (5.0 + 1e-6)).abs() < 1e-15 && grads.get(&b).is_none());
+    let clipped = values(grads.get(&a).unwrap());
+    let tol = tol_on(device, tolerance(dtype).op);
+    assert!(max_rel_err(&clipped[..1], &[3.0 / (5.0 + 1e-6)]) <= tol && grads.get(&b).is_none(), "{clipped:?}");
     Ok(())
 }
+test_device!(
+    clip_grad_norm_ignores_missing_and_duplicate_parameters_test,
+    clip_grad_norm_ignores_missing_and_duplicate_parameters
+);
 
 /// Not a test: the time of 100 optimizer steps over the parameters of a 784-512-256-10 MLP
 /// (f32), fused and with tensor ops. Run with

@@ -1,8 +1,6 @@
 //! safetensors checkpoints: round trips, damaged files, mismatched models, atomic writes.
 
-mod common;
-
-use common::temp_dir;
+use rnn_testutil::temp_dir;
 use std::collections::BTreeMap;
 
 use rnn_core::{DType, Device, Error, Result, Tensor};

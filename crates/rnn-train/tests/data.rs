@@ -1,8 +1,6 @@
 //! Datasets: `Dataset`, `Batches`, the MNIST IDX reader and the synthetic digits.
 
-mod common;
-
-use common::temp_dir;
+use rnn_testutil::temp_dir;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -215,7 +213,7 @@ fn load_mnist_errors() {
 
 #[test]
 fn real_mnist_test_split_when_present() -> Result<()> {
-    let Some(dir) = common::mnist_dir() else {
+    let Some(dir) = rnn_testutil::mnist_dir() else {
         eprintln!("SKIPPED: no MNIST folder (set RNN_MNIST_DIR to a folder with t10k-*-idx*-ubyte[.gz])");
         return Ok(());
     };

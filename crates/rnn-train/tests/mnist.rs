@@ -3,8 +3,6 @@
 //! `$RNN_MNIST_DIR`, `data/mnist` and `../shared/data/mnist` (relative to the workspace);
 //! without them the test prints why it skipped.
 
-mod common;
-
 use rnn_core::Result;
 use rnn_train::data::{load_mnist, MnistSplit};
 use rnn_train::TrainingConfig;
@@ -12,7 +10,7 @@ use rnn_train::{ActivationFunction::ReLU, ActivationFunction::Softmax, LayerBuil
 
 #[test]
 fn mlp_reaches_95_percent_on_real_mnist() -> Result<()> {
-    let Some(dir) = common::mnist_dir() else {
+    let Some(dir) = rnn_testutil::mnist_dir() else {
         eprintln!("SKIPPED: no MNIST folder (set RNN_MNIST_DIR to a folder with t10k-*-idx*-ubyte[.gz])");
         return Ok(());
     };

@@ -1,9 +1,9 @@
 //! Training on the wgpu device follows the CPU run: the same seed, data and model give the
 //! same per-epoch losses and final weights within f32 tolerance. On a machine without a wgpu
 //! adapter the tests say they are skipped (and fail when `RNN_REQUIRE_GPU` requires wgpu).
-#![cfg(feature = "wgpu")]
 
-use rnn_core::{Device, Result, Tensor};
+use rnn_core::{Device, Result};
+use rnn_testutil::{max_rel_err, usable, values, wgpu_test_device};
 use rnn_train::data::{synthetic_digits, synthetic_digits_with_shape, Dataset, ImageShape};
 use rnn_train::{
     ActivationFunction::ReLU, ActivationFunction::Softmax, LayerBuilder, LossFunction, Network, TrainingConfig,
@@ -11,18 +11,7 @@ use rnn_train::{
 
 /// The wgpu device under test (`RNN_GPU_DEVICE=wgpu:N` picks one), if it can be used.
 fn wgpu_device() -> Option<Device> {
-    let device = match std::env::var("RNN_GPU_DEVICE").ok().and_then(|s| Device::parse(&s).ok()) {
-        Some(d @ Device::Wgpu(_)) => d,
-        _ => Device::Wgpu(0),
-    };
-    match device.check_available() {
-        Ok(()) => Some(device),
-        Err(e) => {
-            assert!(!device.is_required_by_env(), "{device}: {e}");
-            eprintln!("SKIPPED on {device}: {e}");
-            None
-        }
-    }
+    usable(wgpu_test_device())
 }
 
 fn config(device: Device, epochs: usize) -> TrainingConfig {
@@ -30,18 +19,13 @@ fn config(device: Device, epochs: usize) -> TrainingConfig {
 }
 
 /// Largest |a - b| / (1 + |b|) over all parameters of two networks.
-fn max_weight_diff(a: &Network, b: &Network) -> Result<f64> {
+fn max_weight_diff(a: &Network, b: &Network) -> f64 {
     let mut worst = 0.0f64;
     for ((name, x), (_, y)) in a.named_parameters().iter().zip(b.named_parameters()) {
-        let (x, y) = (host(x)?, host(&y)?);
-        assert_eq!(x.len(), y.len(), "{name}");
-        worst = x.iter().zip(&y).map(|(p, q)| (p - q).abs() / (1.0 + q.abs())).fold(worst, f64::max);
+        assert_eq!(x.dims(), y.dims(), "{name}");
+        worst = worst.max(max_rel_err(&values(x), &values(&y)));
     }
-    Ok(worst)
-}
-
-fn host(t: &Tensor) -> Result<Vec<f64>> {
-    t.to_device(Device::Cpu)?.to_dtype(rnn_core::DType::F64)?.to_vec::<f64>()
+    worst
 }
 
 /// Trains `build()` on the CPU and on `device` and compares losses and weights.
@@ -58,7 +42,7 @@ fn compare(build: impl Fn() -> Result<Network>, data: &Dataset, device: Device, 
             on_cpu.train_loss
         );
     }
-    let diff = max_weight_diff(&gpu, &cpu)?;
+    let diff = max_weight_diff(&gpu, &cpu);
     assert!(diff < 1e-3, "weights differ by {diff} after {epochs} epochs");
     assert!(on_gpu.train_loss.last() < on_gpu.train_loss.first(), "loss did not fall: {:?}", on_gpu.train_loss);
     Ok(())

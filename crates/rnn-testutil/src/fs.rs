@@ -1,5 +1,4 @@
-//! Helpers shared by the rnn-train test files.
-#![allow(dead_code)]
+//! Folders tests write to or read from.
 
 use std::path::{Path, PathBuf};
 
@@ -26,8 +25,9 @@ impl Drop for TempDir {
     }
 }
 
+/// A new empty [`TempDir`] for `name` (unique within the test binary's process).
 pub fn temp_dir(name: &str) -> TempDir {
-    let dir = std::env::temp_dir().join(format!("rnn-train-test-{}-{name}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("rnn-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create temp dir");
     TempDir(dir)

@@ -22,7 +22,7 @@ pub mod cuda;
 mod device;
 mod display;
 mod dtype;
-#[cfg(all(feature = "cuda-emu", target_os = "linux"))]
+#[cfg(all(test, feature = "cuda-emu", target_os = "linux"))]
 mod emu;
 mod error;
 mod fused;

@@ -1,7 +1,7 @@
 //! Real data: the MLP 784-512-256-10 with Adam, trained on the first 8,000 images of the
 //! MNIST test set, must reach 95% on the last 2,000. The IDX files are looked up in
 //! `$RNN_MNIST_DIR`, `data/mnist` and `../shared/data/mnist` (relative to the workspace);
-//! without them the test prints why it skipped.
+//! without them the test prints why it skipped, or fails when `RNN_REQUIRE_MNIST=1` (CI).
 
 use rnn_core::Result;
 use rnn_train::data::{load_mnist, MnistSplit};
@@ -11,7 +11,9 @@ use rnn_train::{ActivationFunction::ReLU, ActivationFunction::Softmax, LayerBuil
 #[test]
 fn mlp_reaches_95_percent_on_real_mnist() -> Result<()> {
     let Some(dir) = rnn_testutil::mnist_dir() else {
-        eprintln!("SKIPPED: no MNIST folder (set RNN_MNIST_DIR to a folder with t10k-*-idx*-ubyte[.gz])");
+        let why = "no MNIST folder (set RNN_MNIST_DIR to a folder with t10k-*-idx*-ubyte[.gz])";
+        assert!(std::env::var("RNN_REQUIRE_MNIST").as_deref() != Ok("1"), "RNN_REQUIRE_MNIST=1: {why}");
+        eprintln!("SKIPPED: {why}");
         return Ok(());
     };
     let all = load_mnist(&dir, MnistSplit::Test)?;

@@ -40,27 +40,31 @@ unsafe fn gemm_one<T: 'static>(
     (zero, one): (T, T),
     par: Parallelism,
 ) {
-    gemm(
-        m,
-        n,
-        k,
-        dst.as_mut_ptr(),
-        1,
-        n as isize,
-        false,
-        a.0,
-        a.2,
-        a.1,
-        b.0,
-        b.2,
-        b.1,
-        zero,
-        one,
-        false,
-        false,
-        false,
-        par,
-    );
+    // SAFETY: the caller guarantees the operands address valid `m x k` and `k x n` elements
+    // with these strides; `dst` holds `m x n` row-major elements.
+    unsafe {
+        gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.0,
+            a.2,
+            a.1,
+            b.0,
+            b.2,
+            b.1,
+            zero,
+            one,
+            false,
+            false,
+            false,
+            par,
+        )
+    };
 }
 
 fn gemm_typed<T: Copy + bytemuck::Zeroable + Send + Sync + 'static>(

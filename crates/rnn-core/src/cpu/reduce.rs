@@ -206,9 +206,15 @@ impl CpuStorage {
         let n = outer * r * inner;
         let shape = (outer, r, inner);
         match (self, op) {
-            (CpuStorage::U8(v), ReduceOp::Sum) => Ok(CpuStorage::U8(reduce3(&v[offset..offset + n], outer, r, inner, &IntSum)?)),
-            (CpuStorage::U32(v), ReduceOp::Sum) => Ok(CpuStorage::U32(reduce3(&v[offset..offset + n], outer, r, inner, &IntSum)?)),
-            (CpuStorage::I64(v), ReduceOp::Sum) => Ok(CpuStorage::I64(reduce3(&v[offset..offset + n], outer, r, inner, &IntSum)?)),
+            (CpuStorage::U8(v), ReduceOp::Sum) => {
+                Ok(CpuStorage::U8(reduce3(&v[offset..offset + n], outer, r, inner, &IntSum)?))
+            }
+            (CpuStorage::U32(v), ReduceOp::Sum) => {
+                Ok(CpuStorage::U32(reduce3(&v[offset..offset + n], outer, r, inner, &IntSum)?))
+            }
+            (CpuStorage::I64(v), ReduceOp::Sum) => {
+                Ok(CpuStorage::I64(reduce3(&v[offset..offset + n], outer, r, inner, &IntSum)?))
+            }
             _ => cpu_each!(self, v => reduce_typed(&v[offset..offset + n], shape, op)),
         }
     }

@@ -49,9 +49,10 @@ macro_rules! tiered {
                 unsafe fn avx512<$($g: $b),*>($($a: $t),*) -> $r {
                     $plain($($a),*)
                 }
-                // SAFETY: `tier()` checked that the CPU has the enabled features.
                 match tier() {
+                    // SAFETY: `tier()` checked that the CPU has the enabled features.
                     Tier::Avx512 => return unsafe { avx512($($a),*) },
+                    // SAFETY: as above.
                     Tier::Avx2 => return unsafe { avx2($($a),*) },
                     Tier::Plain => {}
                 }

@@ -21,6 +21,7 @@ pub(crate) struct EmuBuffer {
 // SAFETY: the mapping is owned by this value; kernels write it only during a launch, which
 // the emulator runs to completion before returning (no aliasing Rust references exist).
 unsafe impl Send for EmuBuffer {}
+// SAFETY: as for Send: shared references only read through `read`, outside launches.
 unsafe impl Sync for EmuBuffer {}
 
 fn page_size() -> usize {
@@ -46,14 +47,11 @@ impl EmuBuffer {
         }
         // SAFETY: the range lies inside the mapping just made.
         let ok = unsafe { libc::mprotect(map.cast::<u8>().add(page).cast(), body, libc::PROT_READ | libc::PROT_WRITE) };
-        let buffer = EmuBuffer {
-            map,
-            map_len,
-            // The end of the class is the end of the writable pages: 256-aligned, since the
-            // class is a multiple of 256.
-            ptr: unsafe { map.cast::<u8>().add(page + body - class) },
-            bytes: class,
-        };
+        // The end of the class is the end of the writable pages: 256-aligned, since the class
+        // is a multiple of 256.
+        // SAFETY: `page + body - class` lies inside the mapping (`class <= body`).
+        let ptr = unsafe { map.cast::<u8>().add(page + body - class) };
+        let buffer = EmuBuffer { map, map_len, ptr, bytes: class };
         if ok != 0 {
             return Err(oom());
         }
@@ -64,11 +62,6 @@ impl EmuBuffer {
 
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
-    }
-
-    /// The buffer's size in bytes (its size class).
-    pub fn bytes(&self) -> usize {
-        self.bytes
     }
 
     /// The first `len` bytes.

@@ -4,11 +4,12 @@
 //! `EmuStorage` is a GPU runtime like the CUDA one: the shared GPU layer (`gpu/`) builds the
 //! same programs for it (`Target` with the CUDA language; only the grid is capped at
 //! `MAX_GRID` blocks, so that small tensors already cross grid boundaries and every
-//! grid-stride loop iterates), and it runs them. Kernel plans are the real `.cu` sources
+//! grid-stride loop iterates), and it runs them. It is compiled for the crate's tests only
+//! (`cargo test -p rnn-core --features cuda-emu --lib emu::`). Kernel plans are the real `.cu` sources
 //! compiled by the system C++ compiler against `shim/cuda_shim.h` (grid and block loops,
 //! `__shared__` per block, `__syncthreads` as a barrier of the block's threads, warp
 //! shuffles over 32-lane groups, atomics, f16 / bf16 conversions; see that header for what
-//! it emulates). Products (`GemmLaunch`) run through `gpu::gemm::execute`, the reference of
+//! it emulates). Products (`GemmLaunch`) run through `gemm::execute`, the reference of
 //! cuBLASLt's contract, which also checks the alignment promises made to cuBLASLt. Buffers
 //! are fenced by inaccessible pages (`buffer.rs`).
 //!
@@ -22,6 +23,7 @@
 
 mod buffer;
 mod compile;
+mod gemm;
 #[cfg(test)]
 mod selftest;
 #[cfg(test)]
@@ -33,7 +35,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use self::buffer::EmuBuffer;
 use crate::cpu::CpuStorage;
-use crate::gpu::gemm::{self, GemmLaunch};
+use crate::gpu::gemm::GemmLaunch;
 use crate::gpu::plan::{Arg, KernelPlan, KernelSource};
 use crate::gpu::target::{Lang, Target};
 use crate::gpu::{GemmBuffers, GemmOutcome, GpuStorage};
@@ -110,7 +112,10 @@ impl EmuStorage {
     /// Stores `v` rounded once to the dtype as element `i` (for products).
     fn set(&self, i: usize, v: f64) -> Result<()> {
         if i >= self.len {
-            return Err(Error::Msg(format!("gemm contract: element {i} written past a buffer of {} elements", self.len)));
+            return Err(Error::Msg(format!(
+                "gemm contract: element {i} written past a buffer of {} elements",
+                self.len
+            )));
         }
         let bytes: Vec<u8> = match self.dtype {
             DType::F32 => (v as f32).to_ne_bytes().to_vec(),
@@ -208,9 +213,10 @@ impl GpuStorage for EmuStorage {
                 a if a == g.a.arg => Ok(b.a),
                 a if a == g.b.arg => Ok(b.b),
                 a if a == g.d.arg => Ok(b.d),
-                a => b.bias.filter(|_| g.bias.is_some_and(|(_, bias, _)| bias == a)).ok_or_else(|| {
-                    Error::Msg(format!("gemm contract: no buffer for {a:?}"))
-                }),
+                a => b
+                    .bias
+                    .filter(|_| g.bias.is_some_and(|(_, bias, _)| bias == a))
+                    .ok_or_else(|| Error::Msg(format!("gemm contract: no buffer for {a:?}"))),
             }
         };
         let base = |arg: Arg| pick(arg).map_or(0, |s| s.buf.ptr() as u64);

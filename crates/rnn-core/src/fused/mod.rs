@@ -7,6 +7,9 @@
 //! `rnn-kernels/wgsl/*.wgsl`, exported from rnn-kernels' lib.rs) and its registration line;
 //! the kernel-compile test, the CUDA emulator tests and autograd pick it up from there.
 
+// Without a GPU backend the plans are only built by tests.
+#![cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
+
 use std::sync::Arc;
 
 use crate::backprop::Op;

@@ -47,7 +47,11 @@ pub(crate) fn copy_source(target: &Target, from: DType, to: DType) -> Result<Ker
 
 /// Appends a launch writing `src` (dtype `from`, seen through `l`) converted to `to` into
 /// `out` seen through `ol` (same shape).
-pub(crate) fn copy_into(p: &mut Program, (src, from, l): (Arg, DType, &Layout), (out, to, ol): (Arg, DType, &Layout)) -> Result<()> {
+pub(crate) fn copy_into(
+    p: &mut Program,
+    (src, from, l): (Arg, DType, &Layout),
+    (out, to, ol): (Arg, DType, &Layout),
+) -> Result<()> {
     let target = p.target;
     let n = l.shape().elem_count();
     let info = target.info(p.op, &[n], &[l, ol])?;
@@ -120,7 +124,12 @@ pub(crate) fn binary_source(target: &Target, op: BinaryOp, dtype: DType) -> Resu
 }
 
 /// `op` of inputs 0 and 1 seen through `l` and `rl` (one broadcast shape).
-pub(crate) fn binary(target: &Target, op: BinaryOp, (a, l): (DType, &Layout), (b, rl): (DType, &Layout)) -> Result<Program> {
+pub(crate) fn binary(
+    target: &Target,
+    op: BinaryOp,
+    (a, l): (DType, &Layout),
+    (b, rl): (DType, &Layout),
+) -> Result<Program> {
     same_dtype(op.name(), a, b)?;
     let n = l.shape().elem_count();
     let mut p = Program::new(target, op.name(), a, n);
@@ -154,7 +163,12 @@ pub(crate) fn where_source(target: &Target, cond: DType, dtype: DType) -> Result
 }
 
 /// `cond != 0 ? t : f` of inputs 0 (cond), 1 and 2, all of one broadcast shape.
-pub(crate) fn where_cond(target: &Target, (c, l): (DType, &Layout), (t, tl): (DType, &Layout), (f, fl): (DType, &Layout)) -> Result<Program> {
+pub(crate) fn where_cond(
+    target: &Target,
+    (c, l): (DType, &Layout),
+    (t, tl): (DType, &Layout),
+    (f, fl): (DType, &Layout),
+) -> Result<Program> {
     same_dtype("where_cond", t, f)?;
     if c.is_float() {
         let hint = ": the condition must be u8, u32 or i64";

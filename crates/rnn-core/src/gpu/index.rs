@@ -76,7 +76,12 @@ fn gather_with(
 }
 
 /// The slices the 1-D ids (input 1, layout `il`) name along `dim` of input 0.
-pub(crate) fn index_select(target: &Target, x: (DType, &Layout), (ids, il): (DType, &Layout), dim: usize) -> Result<Program> {
+pub(crate) fn index_select(
+    target: &Target,
+    x: (DType, &Layout),
+    (ids, il): (DType, &Layout),
+    dim: usize,
+) -> Result<Program> {
     let (&[m], &[stride]) = (il.dims(), il.strides()) else {
         return Err(Error::invalid("index_select", format!("ids of shape {:?} are not 1-D", il.dims())));
     };

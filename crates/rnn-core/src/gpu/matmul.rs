@@ -33,7 +33,11 @@ fn check_extent(op: &'static str, l: &Layout, len: usize) -> Result<()> {
 
 /// The CPU backend's errors: a shared float dtype, `[.., m, k]` and `[.., k, n]` layouts
 /// with equal batch dims, inside their storages.
-pub(crate) fn problem(op: &'static str, (a, la, a_len): MatmulOperand, (b, lb, b_len): MatmulOperand) -> Result<Problem> {
+pub(crate) fn problem(
+    op: &'static str,
+    (a, la, a_len): MatmulOperand,
+    (b, lb, b_len): MatmulOperand,
+) -> Result<Problem> {
     if a != b {
         return Err(Error::DTypeMismatch { op, lhs: a, rhs: b });
     }

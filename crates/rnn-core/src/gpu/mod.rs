@@ -4,6 +4,9 @@
 //! (cudarc, wgpu, the host emulator of CUDA). Every `BackendStorage` method of a GPU
 //! storage comes from the blanket impl below.
 
+// Without a GPU backend the plans are only built by tests.
+#![cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
+
 pub(crate) mod elementwise;
 pub(crate) mod gemm;
 pub(crate) mod index;
@@ -101,14 +104,24 @@ pub(crate) fn run<S: GpuStorage>(ordinal: usize, inputs: &[&S], p: &Program) -> 
         }
     }
     if let Some(c) = &p.check {
-        check_ids(c, buffer(p.op, inputs, &temps, Arg::Temp(c.flag))?, buffer(p.op, inputs, &temps, Arg::Input(c.ids))?)?;
+        check_ids(
+            c,
+            buffer(p.op, inputs, &temps, Arg::Temp(c.flag))?,
+            buffer(p.op, inputs, &temps, Arg::Input(c.ids))?,
+        )?;
     }
     temps.into_iter().next().ok_or_else(|| Error::Msg(format!("internal: {} plan has no result", p.op)))
 }
 
 /// A product. Where the runtime has no fused kernel for its epilogue, the product alone,
 /// then the fallback program, whose result replaces the product's output (returned).
-fn run_gemm<S: GpuStorage>(ordinal: usize, op: &'static str, g: &GemmLaunch, inputs: &[&S], temps: &[S]) -> Result<Option<S>> {
+fn run_gemm<S: GpuStorage>(
+    ordinal: usize,
+    op: &'static str,
+    g: &GemmLaunch,
+    inputs: &[&S],
+    temps: &[S],
+) -> Result<Option<S>> {
     let get = |a| buffer(op, inputs, temps, a);
     let bias = g.bias.map(|(_, arg, _)| get(arg)).transpose()?;
     let with = |bias| Ok::<_, Error>(GemmBuffers { a: get(g.a.arg)?, b: get(g.b.arg)?, d: get(g.d.arg)?, bias });

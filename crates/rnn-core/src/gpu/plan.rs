@@ -47,7 +47,7 @@ impl KernelSource {
         &self.key
     }
 
-    #[cfg_attr(not(feature = "cuda-emu"), allow(dead_code))]
+    #[cfg(all(test, feature = "cuda-emu"))]
     pub fn lang(&self) -> Lang {
         self.lang
     }
@@ -139,7 +139,8 @@ impl Target {
 
     fn check_info(&self, op: &'static str, words: &[u64]) -> Result<()> {
         if self.lang == Lang::Cuda && words.len() > CUDA_INFO_WORDS {
-            let msg = format!("too many dims for a CUDA kernel ({} info words, at most {CUDA_INFO_WORDS})", words.len());
+            let msg =
+                format!("too many dims for a CUDA kernel ({} info words, at most {CUDA_INFO_WORDS})", words.len());
             return Err(Error::invalid(op, msg));
         }
         // The contiguous marker is the one word that may reach the maximum.
@@ -219,7 +220,14 @@ impl Program {
     }
 
     /// Appends a launch of `source` over `grid` (nothing when the grid is empty).
-    pub fn kernel(&mut self, source: KernelSource, variant: String, grid: Grid, args: &[Arg], info: Vec<u64>) -> Result<()> {
+    pub fn kernel(
+        &mut self,
+        source: KernelSource,
+        variant: String,
+        grid: Grid,
+        args: &[Arg],
+        info: Vec<u64>,
+    ) -> Result<()> {
         if grid.is_empty() {
             return Ok(());
         }

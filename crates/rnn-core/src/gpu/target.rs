@@ -42,6 +42,7 @@ impl Target {
     }
 
     /// A wgpu device whose grid dimensions are limited to `max_grid` workgroups.
+    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
     pub fn wgsl(max_grid: usize, f16: bool) -> Target {
         Target { lang: Lang::Wgsl, max_grid: max_grid.max(1), f16, gemm: false }
     }
@@ -273,9 +274,8 @@ fn wgsl_value_word(op: &'static str, value: f64, dtype: DType, f16: bool, word: 
         DType::U8 | DType::U32 => (value_bits(value, dtype), format!("info[{word}]")),
         _ => {
             let wide = <i64 as crate::WithDType>::from_f64(value);
-            let v = i32::try_from(wide).map_err(|_| {
-                Error::invalid(op, format!("{value} does not fit the wgpu backend's 32-bit integers"))
-            })?;
+            let v = i32::try_from(wide)
+                .map_err(|_| Error::invalid(op, format!("{value} does not fit the wgpu backend's 32-bit integers")))?;
             (u64::from(v as u32), format!("bitcast<i32>(info[{word}])"))
         }
     })

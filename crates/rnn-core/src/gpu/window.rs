@@ -71,7 +71,13 @@ pub(crate) fn fold2d_source(target: &Target, dtype: DType) -> Result<KernelSourc
 
 /// `[N, C, kh * kw, Ho * Wo]` (input 0, seen through `l`) -> `[N, C, H, W]`, summing every
 /// window element into the input position it was taken from.
-pub(crate) fn fold2d(target: &Target, dtype: DType, l: &Layout, (h, w): (usize, usize), window: &Window2d) -> Result<Program> {
+pub(crate) fn fold2d(
+    target: &Target,
+    dtype: DType,
+    l: &Layout,
+    (h, w): (usize, usize),
+    window: &Window2d,
+) -> Result<Program> {
     let (ho, wo) = window.output_size("fold2d", (h, w))?;
     let &[n, c, taps, positions] = l.dims() else {
         return Err(Error::invalid("fold2d", format!("expected a [N, C, kh * kw, L] layout, got {l:?}")));

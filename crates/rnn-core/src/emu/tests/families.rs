@@ -74,7 +74,12 @@ fn binary_family(rng: &mut rand::rngs::StdRng, d: DType) {
         let by = CpuStorage::I64(vec![-1, 0, 2, 2, 0, 1]).to_dtype(&Layout::contiguous(6), d);
         let (a, b, l) = (edge.expect("cast"), by.expect("cast"), Layout::contiguous(6));
         for &op in BinaryOp::ALL {
-            compare(&format!("{} {d} edges", op.name()), up(&a).binary(&l, &up(&b), &l, op), a.binary(&l, &b, &l, op), Tol::of(d));
+            compare(
+                &format!("{} {d} edges", op.name()),
+                up(&a).binary(&l, &up(&b), &l, op),
+                a.binary(&l, &b, &l, op),
+                Tol::of(d),
+            );
         }
     }
 }
@@ -97,13 +102,13 @@ fn where_family(rng: &mut rand::rngs::StdRng, d: DType) {
 
 /// Reductions in every work split: (shape, reduced dims), small to large.
 const REDUCTIONS: &[(&[usize], &[usize])] = &[
-    (&[5, 7], &[1]),         // one thread per output
-    (&[5, 300], &[1]),       // one warp per output
-    (&[3, 2000], &[1]),      // one block per output
-    (&[1, 40_000], &[1]),    // parts, then merge
-    (&[40, 17_000], &[0]),   // outputs adjacent in memory: one thread per output
-    (&[4, 5, 6], &[0, 2]),   // several dims
-    (&[3, 0], &[1]),         // empty reductions: the identity
+    (&[5, 7], &[1]),       // one thread per output
+    (&[5, 300], &[1]),     // one warp per output
+    (&[3, 2000], &[1]),    // one block per output
+    (&[1, 40_000], &[1]),  // parts, then merge
+    (&[40, 17_000], &[0]), // outputs adjacent in memory: one thread per output
+    (&[4, 5, 6], &[0, 2]), // several dims
+    (&[3, 0], &[1]),       // empty reductions: the identity
     (&[6, 9], &[0, 1]),
 ];
 
@@ -116,7 +121,11 @@ pub(super) fn reductions() {
                 let r: usize = dims.iter().map(|&i| shape[i]).product();
                 for op in ops {
                     // Sums get ordinary values (their rounding is compared); max / min the specials.
-                    let x = if op == ReduceOp::Sum && d.is_float() { plain(&mut rng, d, len) } else { random(&mut rng, d, len) };
+                    let x = if op == ReduceOp::Sum && d.is_float() {
+                        plain(&mut rng, d, len)
+                    } else {
+                        random(&mut rng, d, len)
+                    };
                     let tol = if op == ReduceOp::Sum { Tol::sum(d, r, 4.0) } else { Tol::of(d) };
                     let what = format!("{} {d} {shape:?} over {dims:?} {view}", op.name());
                     compare(&what, up(&x).reduce(&l, op, dims), x.reduce(&l, op, dims), tol);
@@ -126,7 +135,10 @@ pub(super) fn reductions() {
     }
 }
 
-fn fused(op: &dyn crate::fused::FusedOp, inputs: &[(&CpuStorage, &Layout)]) -> (Result<EmuStorage>, Result<CpuStorage>) {
+fn fused(
+    op: &dyn crate::fused::FusedOp,
+    inputs: &[(&CpuStorage, &Layout)],
+) -> (Result<EmuStorage>, Result<CpuStorage>) {
     let ups: Vec<EmuStorage> = inputs.iter().map(|(s, _)| up(s)).collect();
     let emu: Vec<(&EmuStorage, &Layout)> = ups.iter().zip(inputs).map(|(s, (_, l))| (s, *l)).collect();
     let none = || Error::Msg(format!("{} composed", op.name()));
@@ -179,14 +191,23 @@ pub(super) fn index_ops() {
     let mut rng = rng(4);
     for &d in &DType::ALL {
         for k in ID_DTYPES {
-            for (shape, dim, m) in [([6usize, 50], 0usize, 30usize), ([6, 50], 1, 20), ([30, 300], 1, 250), ([0, 5], 1, 3)] {
+            for (shape, dim, m) in
+                [([6usize, 50], 0usize, 30usize), ([6, 50], 1, 20), ([30, 300], 1, 250), ([0, 5], 1, 3)]
+            {
                 for bad in [None, Some(m.min(3) / 2), Some(m - 1)] {
                     if shape[0] == 0 && bad.is_some() {
                         continue;
                     }
                     for (view, l, len) in views(&shape).into_iter().take(4) {
                         let x = random(&mut rng, d, len);
-                        index_cases(&mut rng, (&x, &l), k, (shape, dim, m), bad, &format!("{d} ids {k} {shape:?} dim {dim} {view} bad {bad:?}"));
+                        index_cases(
+                            &mut rng,
+                            (&x, &l),
+                            k,
+                            (shape, dim, m),
+                            bad,
+                            &format!("{d} ids {k} {shape:?} dim {dim} {view} bad {bad:?}"),
+                        );
                     }
                 }
             }
@@ -205,13 +226,23 @@ fn index_cases(
     let size = shape[dim].max(1);
     let select = ids(rng, k, m, size, bad);
     let il = Layout::contiguous(m);
-    compare(&format!("index_select {what}"), up(x).index_select(l, &up(&select), &il, dim), x.index_select(l, &select, &il, dim), Tol::of(x.dtype()));
+    compare(
+        &format!("index_select {what}"),
+        up(x).index_select(l, &up(&select), &il, dim),
+        x.index_select(l, &select, &il, dim),
+        Tol::of(x.dtype()),
+    );
     let mut gdims = shape.to_vec();
     gdims[dim] = m;
     let n: usize = gdims.iter().product();
     let gathered = ids(rng, k, n, size, bad);
     let gl = Layout::contiguous(gdims.clone());
-    compare(&format!("gather {what}"), up(x).gather(l, &up(&gathered), &gl, dim), x.gather(l, &gathered, &gl, dim), Tol::of(x.dtype()));
+    compare(
+        &format!("gather {what}"),
+        up(x).gather(l, &up(&gathered), &gl, dim),
+        x.gather(l, &gathered, &gl, dim),
+        Tol::of(x.dtype()),
+    );
     let src = if x.dtype().is_float() { plain(rng, x.dtype(), n) } else { random(rng, x.dtype(), n) };
     let base = if x.dtype().is_float() { plain(rng, x.dtype(), x.len()) } else { x.clone() };
     let got = up(&base).scatter_add(l, &up(&gathered), &gl, &up(&src), &gl, dim);
@@ -235,7 +266,12 @@ pub(super) fn windows() {
                     let c = if d.is_float() { plain(&mut rng, d, clen) } else { random(&mut rng, d, clen) };
                     let what = format!("fold2d {d} {cols:?} {cview}");
                     let out_hw = (shape[2], shape[3]);
-                    compare(&what, up(&c).fold2d(&cl, out_hw, &window), c.fold2d(&cl, out_hw, &window), Tol::sum(d, 6, 4.0));
+                    compare(
+                        &what,
+                        up(&c).fold2d(&cl, out_hw, &window),
+                        c.fold2d(&cl, out_hw, &window),
+                        Tol::sum(d, 6, 4.0),
+                    );
                 }
             }
         }
@@ -243,7 +279,12 @@ pub(super) fn windows() {
 }
 
 /// The CPU's `act(x @ wᵀ + b)`, composed of storage ops.
-fn cpu_linear(x: (&CpuStorage, &Layout), w: (&CpuStorage, &Layout), b: (&CpuStorage, &Layout), act: Epilogue) -> Result<CpuStorage> {
+fn cpu_linear(
+    x: (&CpuStorage, &Layout),
+    w: (&CpuStorage, &Layout),
+    b: (&CpuStorage, &Layout),
+    act: Epilogue,
+) -> Result<CpuStorage> {
     let (m, n) = (x.1.dims()[0], w.1.dims()[0]);
     let z = x.0.matmul(x.1, w.0, &w.1.transpose(0, 1)?)?;
     let out = Layout::contiguous(vec![m, n]);
@@ -258,7 +299,9 @@ fn cpu_linear(x: (&CpuStorage, &Layout), w: (&CpuStorage, &Layout), b: (&CpuStor
 pub(super) fn products() {
     let mut rng = rng(6);
     for d in FLOATS {
-        for (m, k, n, batch) in [(3, 4, 5, vec![]), (17, 33, 9, vec![2]), (1, 7, 1, vec![3, 2]), (4, 0, 3, vec![]), (0, 3, 2, vec![2])] {
+        for (m, k, n, batch) in
+            [(3, 4, 5, vec![]), (17, 33, 9, vec![2]), (1, 7, 1, vec![3, 2]), (4, 0, 3, vec![]), (0, 3, 2, vec![2])]
+        {
             let with = |x: usize, y: usize| [batch.clone(), vec![x, y]].concat();
             for (va, la, lena) in views(&with(m, k)) {
                 for (vb, lb, lenb) in views(&with(k, n)).into_iter().take(4) {
@@ -282,7 +325,11 @@ fn linear_cases(rng: &mut rand::rngs::StdRng, d: DType, epilogues: bool) {
         for (vx, xl, lenx) in views(&[m, k]).into_iter().take(4) {
             for (vw, wl, lenw) in views(&[n, k]).into_iter().take(4) {
                 // Bias views: contiguous, at an odd offset (not 16-byte aligned), strided.
-                for (vb, bl, lenb) in [("contiguous", Layout::contiguous(n), n), ("odd offset", Layout::contiguous_with_offset(n, 1), n + 1), ("strided", Layout::new(vec![n].into(), vec![2], 0), 2 * n)] {
+                for (vb, bl, lenb) in [
+                    ("contiguous", Layout::contiguous(n), n),
+                    ("odd offset", Layout::contiguous_with_offset(n, 1), n + 1),
+                    ("strided", Layout::new(vec![n].into(), vec![2], 0), 2 * n),
+                ] {
                     let (x, w, b) = (plain(rng, d, lenx), plain(rng, d, lenw), plain(rng, d, lenb));
                     let (got, _) = fused(&Linear { act }, &[(&x, &xl), (&w, &wl), (&b, &bl)]);
                     let want = cpu_linear((&x, &xl), (&w, &wl), (&b, &bl), act);

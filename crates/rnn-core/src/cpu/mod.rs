@@ -106,6 +106,25 @@ impl CpuStorage {
         }
     }
 
+    /// The elements' bytes (native endianness), as a device copies them.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        cpu_each!(self, v => bytemuck::cast_slice(v))
+    }
+
+    /// Elements of `dtype` from their bytes (native endianness), as a device hands them back.
+    pub(crate) fn from_bytes(bytes: &[u8], dtype: DType) -> CpuStorage {
+        use bytemuck::pod_collect_to_vec as typed;
+        match dtype {
+            DType::U8 => CpuStorage::U8(bytes.to_vec()),
+            DType::U32 => CpuStorage::U32(typed(bytes)),
+            DType::I64 => CpuStorage::I64(typed(bytes)),
+            DType::F16 => CpuStorage::F16(typed(bytes)),
+            DType::BF16 => CpuStorage::BF16(typed(bytes)),
+            DType::F32 => CpuStorage::F32(typed(bytes)),
+            DType::F64 => CpuStorage::F64(typed(bytes)),
+        }
+    }
+
     pub fn as_slice<T: WithDType>(&self) -> Result<&[T]> {
         T::slice_of(self).ok_or(Error::DTypeMismatch { op: "as_slice", lhs: self.dtype(), rhs: T::DTYPE })
     }

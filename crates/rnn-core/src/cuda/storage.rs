@@ -63,25 +63,6 @@ impl CudaStorage {
     }
 }
 
-/// The bytes of a host tensor.
-fn host_bytes(cpu: &CpuStorage) -> &[u8] {
-    crate::cpu_each!(cpu, v => bytemuck::cast_slice(v))
-}
-
-/// A host tensor of `dtype` from its bytes.
-fn host_storage(bytes: &[u8], dtype: DType) -> CpuStorage {
-    use bytemuck::pod_collect_to_vec as typed;
-    match dtype {
-        DType::U8 => CpuStorage::U8(bytes.to_vec()),
-        DType::U32 => CpuStorage::U32(typed(bytes)),
-        DType::I64 => CpuStorage::I64(typed(bytes)),
-        DType::F16 => CpuStorage::F16(typed(bytes)),
-        DType::BF16 => CpuStorage::BF16(typed(bytes)),
-        DType::F32 => CpuStorage::F32(typed(bytes)),
-        DType::F64 => CpuStorage::F64(typed(bytes)),
-    }
-}
-
 impl GpuStorage for CudaStorage {
     fn elem_dtype(&self) -> DType {
         self.dtype
@@ -104,7 +85,7 @@ impl GpuStorage for CudaStorage {
     fn upload(cpu: &CpuStorage, ordinal: usize) -> Result<Self> {
         let dev = device(ordinal)?;
         let s = CudaStorage::alloc_on(&dev, cpu.dtype(), cpu.len())?;
-        let bytes = host_bytes(cpu);
+        let bytes = cpu.as_bytes();
         if !bytes.is_empty() {
             let mut buf = Arc::try_unwrap(s.buf).map_err(|_| Error::Msg("cuda: fresh buffer shared".into()))?;
             let mut view = buf.slice_mut().slice_mut(..bytes.len());
@@ -120,7 +101,7 @@ impl GpuStorage for CudaStorage {
             self.dev.stream.memcpy_dtoh(&view, &mut bytes).map_err(driver_err(self.dev.ordinal, "copy to host"))?;
         }
         self.dev.synchronize()?;
-        Ok(host_storage(&bytes, self.dtype))
+        Ok(CpuStorage::from_bytes(&bytes, self.dtype))
     }
     fn launch(plan: &KernelPlan, args: &[&Self]) -> Result<()> {
         launch::launch(plan, args)

@@ -154,21 +154,11 @@ impl GpuStorage for EmuStorage {
     }
     fn upload(cpu: &CpuStorage, ordinal: usize) -> Result<Self> {
         let s = Self::alloc(ordinal, cpu.dtype(), cpu.len())?;
-        s.buf.write(crate::cpu_each!(cpu, v => bytemuck::cast_slice(v)));
+        s.buf.write(cpu.as_bytes());
         Ok(s)
     }
     fn download(&self) -> Result<CpuStorage> {
-        use bytemuck::pod_collect_to_vec as typed;
-        let bytes = self.buf.read(self.byte_len());
-        Ok(match self.dtype {
-            DType::U8 => CpuStorage::U8(bytes.to_vec()),
-            DType::U32 => CpuStorage::U32(typed(bytes)),
-            DType::I64 => CpuStorage::I64(typed(bytes)),
-            DType::F16 => CpuStorage::F16(typed(bytes)),
-            DType::BF16 => CpuStorage::BF16(typed(bytes)),
-            DType::F32 => CpuStorage::F32(typed(bytes)),
-            DType::F64 => CpuStorage::F64(typed(bytes)),
-        })
+        Ok(CpuStorage::from_bytes(self.buf.read(self.byte_len()), self.dtype))
     }
     fn launch(plan: &KernelPlan, args: &[&Self]) -> Result<()> {
         if plan.source.lang() != Lang::Cuda {

@@ -33,13 +33,9 @@
 //!
 //! # Environment variables
 //!
-//! | Variable | Effect |
-//! |---|---|
-//! | `RNN_GPU_DEVICE` | The device `Device::best()` returns, and so the one training and examples use: `cpu`, `cuda:N`, `wgpu:N` or `wgpu:<part of an adapter name>`. A named device that is not available is an error, never silently replaced. |
-//! | `RNN_GPU_DEBUG` | Anything but `0`: kernel compilations (with their source) and launches are logged through `tracing` at info / debug level. Install a `tracing` subscriber to see them (the `rnn` command line tool does). |
-//! | `RNN_GPU_MEMORY_POOL` | `0` turns the caching allocator off: every buffer is freed at once. |
-//! | `RNN_CUDA_CACHE_PATH` | Where compiled CUDA kernels (PTX) are cached; default `~/.cache/rnn/cuda`. |
-//! | `WGPU_BACKEND` | Which graphics APIs wgpu searches (`vulkan`, `metal`, `dx12`, `gl`). |
+//! `RNN_GPU_DEVICE`, `RNN_GPU_DEBUG`, `RNN_GPU_MEMORY_POOL`, `RNN_CUDA_CACHE_PATH`,
+//! `WGPU_BACKEND` and the others are described in one table, the README's
+//! [environment variables](https://github.com/rnn-rs/rnn#environment-variables).
 
 mod kernel;
 mod profiler;

@@ -10,10 +10,12 @@ cd "$(dirname "$0")/../.."
 OUT=gpu-build
 rm -rf "$OUT" && mkdir -p "$OUT/bin"
 
-# Test binaries of the core suite; every `test_device!` body gets a CUDA arm. wgpu is left
-# out to keep the binaries small (the wgpu suite runs in CI on lavapipe).
+# Test binaries of the core suite and of the layers, losses and optimizers; every
+# `test_device!` body gets a CUDA arm. wgpu is left out to keep the binaries small (the wgpu
+# suite runs in CI on lavapipe).
 {
     cargo test --release -p rnn-core --no-default-features --features cuda --no-run --message-format=json
+    cargo test --release -p rnn-nn --no-default-features --features cuda --no-run --message-format=json
     cargo test --release -p rnn --features cuda --test gpu_api --no-run --message-format=json
 } | python3 -c '
 import json, sys

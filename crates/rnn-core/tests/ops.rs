@@ -467,6 +467,27 @@ fn clamp_masked_fill(device: Device) -> Result<()> {
 }
 test_device!(clamp_masked_fill_test, clamp_masked_fill);
 
+/// `maximum`, `minimum` and so `clamp` keep NaN on every device, as `torch.maximum` does (the
+/// GPUs' fmax / max would drop it).
+fn nan_extremes(device: Device) -> Result<()> {
+    for dtype in floats(device) {
+        let a = Tensor::from_vec(vec![f32::NAN, 1.0, f32::NAN, -2.0, f32::INFINITY], 5, Device::Cpu)?;
+        let b = Tensor::from_vec(vec![0.5f32, f32::NAN, f32::NAN, 3.0, f32::NEG_INFINITY], 5, Device::Cpu)?;
+        let (a, b) = (a.to_dtype(dtype)?.to_device(device)?, b.to_dtype(dtype)?.to_device(device)?);
+        let got = |t: Tensor| -> Result<Vec<f64>> { t.to_device(Device::Cpu)?.to_dtype(DType::F64)?.to_vec::<f64>() };
+        let same = |got: Vec<f64>, want: [f64; 5], what: &str| {
+            let ok = got.iter().zip(want).all(|(&g, w)| (g.is_nan() && w.is_nan()) || g == w);
+            assert!(ok, "{what} on {device} ({dtype}): {got:?}, want {want:?}");
+        };
+        let nan = f64::NAN;
+        same(got(a.maximum(&b)?)?, [nan, nan, nan, 3.0, f64::INFINITY], "maximum");
+        same(got(a.minimum(&b)?)?, [nan, nan, nan, -2.0, f64::NEG_INFINITY], "minimum");
+        same(got(a.clamp(-1.0, 1.0)?)?, [nan, 1.0, nan, -1.0, 1.0], "clamp");
+    }
+    Ok(())
+}
+test_device!(nan_extremes_test, nan_extremes);
+
 // ---------------------------------------------------------------- reductions
 
 #[derive(Clone, Copy, Debug)]

@@ -107,12 +107,12 @@ impl CpuStorage {
     }
 
     /// The elements' bytes (native endianness), as a device copies them.
-    pub(crate) fn as_bytes(&self) -> &[u8] {
+    pub fn as_bytes(&self) -> &[u8] {
         cpu_each!(self, v => bytemuck::cast_slice(v))
     }
 
     /// Elements of `dtype` from their bytes (native endianness), as a device hands them back.
-    pub(crate) fn from_bytes(bytes: &[u8], dtype: DType) -> CpuStorage {
+    pub fn from_bytes(bytes: &[u8], dtype: DType) -> CpuStorage {
         use bytemuck::pod_collect_to_vec as typed;
         match dtype {
             DType::U8 => CpuStorage::U8(bytes.to_vec()),

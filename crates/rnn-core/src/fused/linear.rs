@@ -6,10 +6,10 @@
 
 use super::{FusedKernels, FusedOp};
 use crate::cpu::CpuStorage;
-use crate::gpu::elementwise::{binary_source, copy_into, unary_source};
+use crate::gpu::elementwise::{binary_into, copy_into, unary_into};
 use crate::gpu::gemm::{operand, row_major_product, BIAS_ALIGNMENT};
 use crate::gpu::matmul::problem;
-use crate::gpu::plan::{Arg, Grid, KernelSource, Launch, Program};
+use crate::gpu::plan::{Arg, KernelSource, Launch, Program};
 use crate::gpu::target::Target;
 use crate::op_table::{BinaryOp, Epilogue, UnaryOp};
 use crate::{DType, Error, Layout, Result, Shape, Tensor};
@@ -101,13 +101,11 @@ impl Linear {
         target: &Target,
         (dtype, xl, x_len): (DType, &Layout, usize),
         (_, wl, w_len): (DType, &Layout, usize),
-        (b_dtype, bl, b_len): (DType, &Layout, usize),
+        (_, bl, b_len): (DType, &Layout, usize),
     ) -> Result<Program> {
+        // `output` checked the dtypes and shapes; the storages' extents are checked here.
         let wt = wl.transpose(0, 1)?;
         problem("linear", (dtype, xl, x_len), (dtype, &wt, w_len))?;
-        if b_dtype != dtype {
-            return Err(Error::DTypeMismatch { op: "linear", lhs: dtype, rhs: b_dtype });
-        }
         if bl.storage_extent() > b_len {
             return Err(Error::invalid("linear", format!("layout {bl:?} reaches past a storage of {b_len} elements")));
         }
@@ -148,14 +146,9 @@ fn bias_act(target: &Target, dtype: DType, (m, n): (usize, usize), offset: usize
         Some(_) => p.temp(dtype, m * n),
         None => Program::OUT,
     };
-    let info = target.info("linear", &[m * n], &[&out, &rows_of_bias])?;
-    let variant = format!("binary/add/{dtype}");
-    let args = [Arg::Input(0), Arg::Input(1), sum];
-    p.kernel(binary_source(target, BinaryOp::Add, dtype)?, variant, Grid::Threads(m * n), &args, info)?;
+    binary_into(&mut p, BinaryOp::Add, dtype, [(Arg::Input(0), &out), (Arg::Input(1), &rows_of_bias)], sum)?;
     if let Some(op) = act.unary() {
-        let info = target.info("linear", &[m * n], &[&out])?;
-        let variant = format!("unary/{}/{dtype}", op.name());
-        p.kernel(unary_source(target, op, dtype)?, variant, Grid::Threads(m * n), &[sum, Program::OUT], info)?;
+        unary_into(&mut p, op, dtype, (sum, &out), Program::OUT)?;
     }
     Ok(p)
 }

@@ -100,12 +100,18 @@ pub(crate) fn unary_source(target: &Target, op: UnaryOp, dtype: DType) -> Result
     Ok(KernelSource::new(target, tmpl, &[("T", t), ("C", c), ("expr", expr)], target.needs_half(&[dtype])))
 }
 
-pub(crate) fn unary(target: &Target, op: UnaryOp, dtype: DType, l: &Layout) -> Result<Program> {
+/// Appends a launch writing `op` of `src` (seen through `l`) to the contiguous `out`.
+pub(crate) fn unary_into(p: &mut Program, op: UnaryOp, dtype: DType, (src, l): (Arg, &Layout), out: Arg) -> Result<()> {
+    let target = p.target;
     let n = l.shape().elem_count();
-    let mut p = Program::new(target, op.name(), dtype, n);
-    let info = target.info(op.name(), &[n], &[l])?;
+    let info = target.info(p.op, &[n], &[l])?;
     let variant = format!("unary/{}/{dtype}", op.name());
-    p.kernel(unary_source(target, op, dtype)?, variant, Grid::Threads(n), &[Arg::Input(0), Program::OUT], info)?;
+    p.kernel(unary_source(&target, op, dtype)?, variant, Grid::Threads(n), &[src, out], info)
+}
+
+pub(crate) fn unary(target: &Target, op: UnaryOp, dtype: DType, l: &Layout) -> Result<Program> {
+    let mut p = Program::new(target, op.name(), dtype, l.shape().elem_count());
+    unary_into(&mut p, op, dtype, (Arg::Input(0), l), Program::OUT)?;
     Ok(p)
 }
 
@@ -123,6 +129,22 @@ pub(crate) fn binary_source(target: &Target, op: BinaryOp, dtype: DType) -> Resu
     Ok(KernelSource::new(target, tmpl, &[("T", t), ("C", c), ("store", &store)], target.needs_half(&[dtype])))
 }
 
+/// Appends a launch writing `op` of two operands (each seen through its layout, one
+/// broadcast shape) to the contiguous `out`.
+pub(crate) fn binary_into(
+    p: &mut Program,
+    op: BinaryOp,
+    dtype: DType,
+    [(a, l), (b, rl)]: [(Arg, &Layout); 2],
+    out: Arg,
+) -> Result<()> {
+    let target = p.target;
+    let n = l.shape().elem_count();
+    let info = target.info(p.op, &[n], &[l, rl])?;
+    let variant = format!("binary/{}/{dtype}", op.name());
+    p.kernel(binary_source(&target, op, dtype)?, variant, Grid::Threads(n), &[a, b, out], info)
+}
+
 /// `op` of inputs 0 and 1 seen through `l` and `rl` (one broadcast shape).
 pub(crate) fn binary(
     target: &Target,
@@ -131,11 +153,8 @@ pub(crate) fn binary(
     (b, rl): (DType, &Layout),
 ) -> Result<Program> {
     same_dtype(op.name(), a, b)?;
-    let n = l.shape().elem_count();
-    let mut p = Program::new(target, op.name(), a, n);
-    let info = target.info(op.name(), &[n], &[l, rl])?;
-    let args = [Arg::Input(0), Arg::Input(1), Program::OUT];
-    p.kernel(binary_source(target, op, a)?, format!("binary/{}/{a}", op.name()), Grid::Threads(n), &args, info)?;
+    let mut p = Program::new(target, op.name(), a, l.shape().elem_count());
+    binary_into(&mut p, op, a, [(Arg::Input(0), l), (Arg::Input(1), rl)], Program::OUT)?;
     Ok(p)
 }
 

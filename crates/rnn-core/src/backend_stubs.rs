@@ -55,6 +55,10 @@ macro_rules! unavailable_backend {
                     None => Err(Error::NotCompiledWith($feature)),
                 }
             }
+            fn deferred() -> &'static std::thread::LocalKey<crate::gpu::deferred::Deferred<Self>> {
+                thread_local!(static PENDING: crate::gpu::deferred::Deferred<$name> = Default::default());
+                &PENDING
+            }
             fn of(s: &Storage) -> Option<&Self> {
                 match s {
                     Storage::$variant(s) => Some(s),

@@ -241,9 +241,17 @@ fn check(t: &Tensor) -> Vec<f64> {
     values
 }
 
+/// `r`, with the errors a GPU reports at the next sync point (bad ids of index ops) taken
+/// as the op's own: the CPU returns them from the op.
+fn settled(r: Result<Tensor>) -> Result<Tensor> {
+    let t = r?;
+    t.device().synchronize()?;
+    Ok(t)
+}
+
 /// Asserts that `r` succeeded exactly when `expected` is `Some(shape)`, with that shape.
 fn expect(what: &str, r: Result<Tensor>, expected: Option<Vec<usize>>) -> Option<Tensor> {
-    match (r, expected) {
+    match (settled(r), expected) {
         (Ok(t), Some(shape)) => {
             assert_eq!(t.dims(), &shape[..], "{what}: wrong result shape");
             check(&t);
@@ -260,7 +268,7 @@ fn expect(what: &str, r: Result<Tensor>, expected: Option<Vec<usize>>) -> Option
 
 /// Only asserts that an `Ok` result is well formed (for calls whose success is not predicted).
 fn no_panic(r: Result<Tensor>) -> Option<Tensor> {
-    match r {
+    match settled(r) {
         Ok(t) => {
             check(&t);
             Some(t)

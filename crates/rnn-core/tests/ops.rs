@@ -832,8 +832,10 @@ fn index_select(device: Device) -> Result<()> {
         &[1., 5., 9., 13., 17., 21.],
         0.0,
     );
-    assert!(x.index_select(&Tensor::from_vec(vec![3u32], 1, device)?, 1).is_err(), "index 3 of size 3");
-    assert!(x.index_select(&Tensor::from_vec(vec![-1i64], 1, device)?, 1).is_err(), "negative index");
+    // A bad id: an error from the op on the CPU, at the next sync point (the read) on a GPU.
+    let read = |r: Result<Tensor>| r?.to_device(Device::Cpu);
+    assert!(read(x.index_select(&Tensor::from_vec(vec![3u32], 1, device)?, 1)).is_err(), "index 3 of size 3");
+    assert!(read(x.index_select(&Tensor::from_vec(vec![-1i64], 1, device)?, 1)).is_err(), "negative index");
     assert!(x.index_select(&Tensor::from_vec(vec![0.0f32], 1, device)?, 1).is_err(), "float ids");
     Ok(())
 }
@@ -856,7 +858,9 @@ fn gather_scatter(device: Device) -> Result<()> {
     let ids_rows = Tensor::from_vec(vec![2u8, 2, 2, 0], (2, 2), device)?;
     let src2 = tensor(&[1., 2., 3., 4.], &[2, 2], widest_float(device), device);
     check_close("scatter_add(0)", &z.scatter_add(&ids_rows, &src2, 0)?, &[3, 2], &[0., 4., 0., 0., 4., 2.], 0.0);
-    assert!(x.gather(&Tensor::from_vec(vec![4u32; 6], (3, 2), device)?, 1).is_err(), "index 4 of size 4");
+    // A bad id: an error from the op on the CPU, at the next sync point (the read) on a GPU.
+    let read = |r: Result<Tensor>| r?.to_device(Device::Cpu);
+    assert!(read(x.gather(&Tensor::from_vec(vec![4u32; 6], (3, 2), device)?, 1)).is_err(), "index 4 of size 4");
     assert!(x.gather(&Tensor::from_vec(vec![0u32; 4], (2, 2), device)?, 1).is_err(), "ids of another shape");
     assert!(x.scatter_add(&ids, &src.t()?, 1).is_err(), "src shape differs from ids");
     Ok(())

@@ -50,7 +50,10 @@ impl Default for CrossEntropyOptions {
 }
 
 /// Cross entropy from logits and class ids (u32 or i64), averaged over the batch.
-/// Same shapes as [`cross_entropy_with`].
+/// Same shapes as [`cross_entropy_with`]. A class id out of range is an error: on the CPU at
+/// once; on a GPU, which checks the ids on the device rather than reading them back, at the
+/// next sync point (`Error::IndexOutOfRange` from `gather`). With `ignore_index` the ids
+/// are read back on every device.
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     cross_entropy_with(logits, targets, &CrossEntropyOptions::default())
 }
@@ -357,6 +360,12 @@ impl ClassIds {
         }
         let classes = scores.dims()[class_dim] as i64;
         let ids = targets.to_dtype(DType::I64)?;
+        if ignore.is_none() && !targets.device().is_cpu() {
+            // No read-back in a training step: `gather` checks the ids on the device, and a
+            // bad one is reported (`Error::IndexOutOfRange`) at the next sync point.
+            let kept = ids.elem_count();
+            return Ok(ClassIds { safe: ids, keep: None, kept });
+        }
         let host = ids.to_vec::<i64>()?;
         let ignored = |id: i64| ignore == Some(id);
         if let Some((pos, id)) = host.iter().enumerate().find(|&(_, &id)| !ignored(id) && !(0..classes).contains(&id)) {

@@ -51,17 +51,22 @@ impl Totals {
         Ok(())
     }
 
+    /// The mean loss and accuracy so far: one read-back (the only host sync of a progress
+    /// update; training steps make none).
     fn read(&self) -> Result<Evaluation> {
-        let scalar = |t: &Tensor| -> Result<f64> { t.to_f64_scalar() };
-        let loss = match &self.loss {
-            Some(t) => scalar(t)? / self.samples.max(1) as f64,
-            None => f64::NAN,
+        let (loss, correct) = match (&self.loss, &self.correct) {
+            (Some(l), Some(c)) if l.dtype() == c.dtype() => {
+                let both = Tensor::stack(&[l.clone(), c.to_dtype(l.dtype())?], 0)?.to_f64_vec()?;
+                (Some(both[0]), Some(both[1]))
+            }
+            (l, c) => {
+                (l.as_ref().map(Tensor::to_f64_scalar).transpose()?, c.as_ref().map(Tensor::to_f64_scalar).transpose()?)
+            }
         };
-        let accuracy = match &self.correct {
-            Some(t) => Some(scalar(t)? / self.predictions.max(1) as f64),
-            None => None,
-        };
-        Ok(Evaluation { loss, accuracy })
+        Ok(Evaluation {
+            loss: loss.map_or(f64::NAN, |l| l / self.samples.max(1) as f64),
+            accuracy: correct.map(|c| c / self.predictions.max(1) as f64),
+        })
     }
 }
 
@@ -190,6 +195,10 @@ impl<'a> Trainer<'a> {
         let report_every = (total_batches / 50).max(1);
         self.net.model.set_training(true);
         let mut totals = Totals::new();
+        // No host sync inside a step: the batch ids are in range by construction (`Batches`
+        // draws them from 0..n on the host), the losses check class ids on the device, and
+        // the sums stay on the device until a progress update (or, silent, the epoch's end)
+        // reads them.
         for (b, ids) in batches.enumerate() {
             let rows = ids.len();
             let ids = Tensor::from_vec(ids, rows, self.net.device())?;

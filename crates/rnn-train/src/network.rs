@@ -6,7 +6,7 @@ use rnn_nn::VarBuilder;
 
 use crate::inputs::IntoTensor;
 use crate::model::Model;
-use crate::spec::{LayerBuilder, LossFunction};
+use crate::spec::{LayerBuilder, LayerKind, LossFunction};
 
 /// The default seed for parameter initialization (see `NetworkBuilder::seed`).
 pub const DEFAULT_INIT_SEED: u64 = 42;
@@ -192,7 +192,27 @@ impl Network {
         if x.dims()[0] == 0 {
             return Err(Error::EmptyTensor { op: "Network", shape: x.shape().clone() });
         }
+        self.check_token_ids(x)?;
         x.to_dtype(DType::F32)?.to_device(self.device)
+    }
+
+    /// Token ids fed to a first embedding layer, checked on the host before they are moved
+    /// to the device (inputs already on a GPU are checked there, at the next sync point):
+    /// a bad id is reported here, before training, rather than by the device later.
+    fn check_token_ids(&self, x: &Tensor) -> Result<()> {
+        let Some(LayerKind::Embedding { vocab, .. }) = self.spec.layers.first().map(|l| &l.kind) else {
+            return Ok(());
+        };
+        if !x.device().is_cpu() {
+            return Ok(());
+        }
+        let values = x.to_f64_vec()?;
+        let bad = values.iter().enumerate().find(|(_, v)| !(v.fract() == 0.0 && **v >= 0.0 && **v < *vocab as f64));
+        if let Some((i, v)) = bad {
+            let msg = format!("input {i} is {v}; token ids of the embedding must be integers in 0..{vocab}");
+            return Err(Error::invalid("Network", msg));
+        }
+        Ok(())
     }
 
     fn check_loss_fits(&self) -> Result<()> {

@@ -59,9 +59,12 @@ pub fn empty_cache(ordinal: usize) -> crate::Result<()> {
     Ok(())
 }
 
-/// Blocks until every kernel queued on `cuda:ordinal` has finished.
+/// Blocks until every kernel queued on `cuda:ordinal` has finished. Index checks pending on
+/// this thread are evaluated in that wait (`gpu/deferred.rs`): a bad id of an earlier
+/// index op is returned here as `Error::IndexOutOfRange`.
 pub fn synchronize(ordinal: usize) -> crate::Result<()> {
-    context::device(ordinal)?.synchronize()
+    let device = context::device(ordinal)?;
+    crate::gpu::deferred::synchronize::<CudaStorage>(ordinal, || device.synchronize())
 }
 
 /// Median seconds of one device-to-device copy of `bytes` bytes (waited for, like an op).

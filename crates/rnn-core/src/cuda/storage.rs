@@ -9,6 +9,7 @@ use super::context::{device, driver_err, CudaDevice};
 use super::launch;
 use super::pool::{alloc, PooledBuffer};
 use crate::cpu::CpuStorage;
+use crate::gpu::deferred::Deferred;
 use crate::gpu::gemm::GemmLaunch;
 use crate::gpu::plan::KernelPlan;
 use crate::gpu::target::Target;
@@ -105,6 +106,10 @@ impl GpuStorage for CudaStorage {
     }
     fn launch(plan: &KernelPlan, args: &[&Self]) -> Result<()> {
         launch::launch(plan, args)
+    }
+    fn deferred() -> &'static std::thread::LocalKey<Deferred<Self>> {
+        thread_local!(static PENDING: Deferred<CudaStorage> = Deferred::default());
+        &PENDING
     }
     fn gemm(g: &GemmLaunch, buffers: GemmBuffers<'_, Self>) -> Result<GemmOutcome> {
         launch::gemm(g, buffers)

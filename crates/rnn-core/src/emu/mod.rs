@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use self::buffer::EmuBuffer;
 use crate::cpu::CpuStorage;
+use crate::gpu::deferred::Deferred;
 use crate::gpu::gemm::GemmLaunch;
 use crate::gpu::plan::{Arg, KernelPlan, KernelSource};
 use crate::gpu::target::{Lang, Target};
@@ -213,6 +214,10 @@ impl GpuStorage for EmuStorage {
         gemm::execute(g, base, |arg, i| pick(arg)?.get(i), |arg, i, v| pick(arg)?.set(i, v))?;
         executed().lock().unwrap_or_else(|p| p.into_inner()).insert(format!("gemm/{}", g.dtype));
         Ok(GemmOutcome::Done)
+    }
+    fn deferred() -> &'static std::thread::LocalKey<Deferred<Self>> {
+        thread_local!(static PENDING: Deferred<EmuStorage> = Deferred::default());
+        &PENDING
     }
     fn of(_: &Storage) -> Option<&Self> {
         None

@@ -1,8 +1,8 @@
 //! Plans of index_select, gather and scatter_add, one thread per element. The kernels also
 //! check every index: the first position (in the order the CPU walks the ids) holding one
-//! out of range is recorded in a flag word, read back after the launch and reported as the
-//! CPU reports it (`IdCheck`). Such a position moves nothing, so no kernel reads or writes
-//! out of bounds.
+//! out of range is recorded in a flag word, read back at the next sync point
+//! (`deferred.rs`) and reported as the CPU reports it (`IdCheck`). Such a position moves
+//! nothing, so no kernel reads or writes out of bounds.
 
 use super::elementwise::{copy_into, fill_into, template};
 use super::plan::{Arg, Grid, IdCheck, KernelSource, Program};

@@ -2,11 +2,13 @@
 //! `index`, `window`, `matmul`, `gemm`) turn an op and its layouts into a `Program` for a
 //! `Target`, and `run` executes a program on any runtime that implements `GpuStorage`
 //! (cudarc, wgpu, the host emulator of CUDA). Every `BackendStorage` method of a GPU
-//! storage comes from the blanket impl below.
+//! storage comes from the blanket impl below. Index checks of a program are evaluated at
+//! the next sync point rather than after the program (`deferred`).
 
 // Without a GPU backend the plans are only built by tests.
 #![cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
 
+pub(crate) mod deferred;
 pub(crate) mod elementwise;
 pub(crate) mod gemm;
 pub(crate) mod index;
@@ -19,10 +21,10 @@ pub(crate) mod user_kernel;
 pub(crate) mod variants;
 pub(crate) mod window;
 
+use self::deferred::Deferred;
 use self::gemm::GemmLaunch;
-use self::plan::{Arg, IdCheck, KernelPlan, Launch, Program};
+use self::plan::{Arg, KernelPlan, Launch, Program};
 use self::target::Target;
-use crate::cpu::strided::StridedIndex;
 use crate::cpu::CpuStorage;
 use crate::fused::FusedOp;
 use crate::op_table::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
@@ -50,7 +52,7 @@ pub(crate) struct GemmBuffers<'a, S> {
 
 /// A GPU runtime's storage: a buffer of one dtype on one device, and the few primitives a
 /// program needs. Everything else is shared.
-pub(crate) trait GpuStorage: Clone + std::fmt::Debug + Sized {
+pub(crate) trait GpuStorage: Clone + std::fmt::Debug + Sized + 'static {
     fn elem_dtype(&self) -> DType;
     /// The number of elements.
     fn len(&self) -> usize;
@@ -62,7 +64,16 @@ pub(crate) trait GpuStorage: Clone + std::fmt::Debug + Sized {
     /// An uninitialized buffer of `len` elements of `dtype` on device `ordinal`.
     fn alloc(ordinal: usize, dtype: DType, len: usize) -> Result<Self>;
     fn upload(cpu: &CpuStorage, ordinal: usize) -> Result<Self>;
+    /// Reads the buffer back (waits for the ops queued before). Pending index checks are not
+    /// looked at: `to_cpu` (`deferred::download`) does that.
     fn download(&self) -> Result<CpuStorage>;
+    /// Reads several buffers of one device back, in one wait where the runtime can.
+    fn download_all(all: &[&Self]) -> Result<Vec<CpuStorage>> {
+        all.iter().map(|s| s.download()).collect()
+    }
+    /// This runtime's index checks pending on the calling thread (`deferred.rs`); each
+    /// runtime keeps them in a `thread_local!`.
+    fn deferred() -> &'static std::thread::LocalKey<Deferred<Self>>;
     /// Queues `plan` with `args` (its buffers, in order; never empty).
     fn launch(plan: &KernelPlan, args: &[&Self]) -> Result<()>;
     /// Queues a product. Runtimes without one never get a `GemmLaunch` (`Target::gemm`).
@@ -104,11 +115,9 @@ pub(crate) fn run<S: GpuStorage>(ordinal: usize, inputs: &[&S], p: &Program) -> 
         }
     }
     if let Some(c) = &p.check {
-        check_ids(
-            c,
-            buffer(p.op, inputs, &temps, Arg::Temp(c.flag))?,
-            buffer(p.op, inputs, &temps, Arg::Input(c.ids))?,
-        )?;
+        let (flag, ids) =
+            (buffer(p.op, inputs, &temps, Arg::Temp(c.flag))?, buffer(p.op, inputs, &temps, Arg::Input(c.ids))?);
+        deferred::defer(ordinal, c, flag, ids)?;
     }
     temps.into_iter().next().ok_or_else(|| Error::Msg(format!("internal: {} plan has no result", p.op)))
 }
@@ -135,22 +144,6 @@ fn run_gemm<S: GpuStorage>(
     run(ordinal, &[get(g.d.arg)?, bias], fallback).map(Some)
 }
 
-/// `Err(IndexOutOfRange)` with the index at the position the flag holds, when it holds one.
-fn check_ids<S: GpuStorage>(c: &IdCheck, flag: &S, ids: &S) -> Result<()> {
-    let position = match flag.download()? {
-        CpuStorage::I64(v) if v.len() == 1 => v[0] as u64,
-        CpuStorage::U32(v) if v.len() == 1 && v[0] == u32::MAX => u64::MAX,
-        CpuStorage::U32(v) if v.len() == 1 => u64::from(v[0]),
-        _ => return Err(Error::Msg(format!("{}: unreadable index check", c.op))),
-    };
-    if position == u64::MAX {
-        return Ok(());
-    }
-    let offsets = StridedIndex::new(&c.layout).skip(position as usize).take(1);
-    let index = ids.download()?.indices_at(c.op, offsets)?.first().copied().unwrap_or_default();
-    Err(Error::IndexOutOfRange { op: c.op, index, size: c.size, shape: c.shape.clone() })
-}
-
 /// Builds a program for `x`'s device and runs it with `inputs`.
 fn exec<S: GpuStorage>(x: &S, inputs: &[&S], build: impl FnOnce(&Target) -> Result<Program>) -> Result<S> {
     let program = build(&S::target_of(x.ordinal())?)?;
@@ -165,7 +158,7 @@ impl<S: GpuStorage> BackendStorage for S {
         S::device_of(self.ordinal())
     }
     fn to_cpu(&self) -> Result<CpuStorage> {
-        self.download()
+        deferred::download(self)
     }
     fn from_cpu(cpu: &CpuStorage, ordinal: usize) -> Result<Self> {
         S::upload(cpu, ordinal)

@@ -1,10 +1,14 @@
-//! One opened wgpu device: its queue, limits, pipeline cache, buffer pool and the errors the
-//! device reported. Devices are opened on first use and live for the rest of the process.
+//! One opened wgpu device: its queue, limits, pipeline cache, buffer pool, the batch of
+//! commands being recorded (`batch.rs`) and the errors the device reported. Devices are
+//! opened on first use and live for the rest of the process.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::adapters::registry;
+use super::batch::{Batch, BindGroups, Counters};
 use super::pool::BufferPool;
 use crate::{Error, Result};
 
@@ -18,12 +22,25 @@ pub(crate) struct WgpuContext {
     /// What plans for this device are built for.
     pub target: crate::gpu::target::Target,
     pub pool: BufferPool,
-    pipelines: Mutex<HashMap<String, Arc<::wgpu::ComputePipeline>>>,
+    pipelines: Mutex<HashMap<String, Arc<Kernel>>>,
+    /// The commands recorded since the last submit.
+    pub batch: Mutex<Batch>,
+    pub bind_groups: Mutex<BindGroups>,
+    pub counters: Counters,
     /// The first error the device reported outside an error scope, not yet returned.
     error: Arc<Mutex<Option<String>>>,
     /// Why the device was lost, once it has been.
     lost: Arc<Mutex<Option<String>>>,
+    /// Set with `error` or `lost`: `check` reads it before taking their locks.
+    faulted: Arc<AtomicBool>,
     debug: bool,
+}
+
+/// A compiled kernel of the backend, with its explicit bind group layout when it has one
+/// (`layout.rs`: `Info` bound at a dynamic offset of the ring).
+pub(crate) struct Kernel {
+    pub pipeline: ::wgpu::ComputePipeline,
+    pub layout: Option<::wgpu::BindGroupLayout>,
 }
 
 impl std::fmt::Debug for WgpuContext {
@@ -32,8 +49,25 @@ impl std::fmt::Debug for WgpuContext {
     }
 }
 
-/// The context of `Device::Wgpu(ordinal)`, opened on first use.
+/// The context of `Device::Wgpu(ordinal)`, opened on first use. Every op asks for it: each
+/// thread keeps the contexts it has seen, so that only the first call takes the lock.
 pub(crate) fn context(ordinal: usize) -> Result<Arc<WgpuContext>> {
+    thread_local!(static SEEN: RefCell<Vec<Option<Arc<WgpuContext>>>> = const { RefCell::new(Vec::new()) });
+    if let Some(ctx) = SEEN.with(|seen| seen.borrow().get(ordinal).cloned().flatten()) {
+        return Ok(ctx);
+    }
+    let ctx = open_context(ordinal)?;
+    SEEN.with(|seen| {
+        let mut seen = seen.borrow_mut();
+        if seen.len() <= ordinal {
+            seen.resize(ordinal + 1, None);
+        }
+        seen[ordinal] = Some(ctx.clone());
+    });
+    Ok(ctx)
+}
+
+fn open_context(ordinal: usize) -> Result<Arc<WgpuContext>> {
     static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<WgpuContext>>>> = OnceLock::new();
     let contexts = CONTEXTS.get_or_init(Default::default);
     let mut open = contexts.lock().map_err(|_| Error::Msg("wgpu: device registry poisoned".into()))?;
@@ -63,22 +97,29 @@ impl WgpuContext {
         };
         let (device, queue) = pollster::block_on(adapter.request_device(&desc))
             .map_err(|e| Error::DeviceNotAvailable(format!("wgpu:{ordinal} ({}): {e}", info.name)))?;
+        let faulted = Arc::new(AtomicBool::new(false));
         let error = Arc::new(Mutex::new(None));
-        let sink = error.clone();
+        let (sink, flag) = (error.clone(), faulted.clone());
         device.on_uncaptured_error(Arc::new(move |e: ::wgpu::Error| {
             let mut slot = sink.lock().unwrap_or_else(|p| p.into_inner());
             slot.get_or_insert_with(|| e.to_string());
+            flag.store(true, Ordering::SeqCst);
         }));
         let lost = Arc::new(Mutex::new(None));
-        let lost_sink = lost.clone();
+        let (lost_sink, flag) = (lost.clone(), faulted.clone());
         device.set_device_lost_callback(move |reason, msg| {
             *lost_sink.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {msg}"));
+            flag.store(true, Ordering::SeqCst);
         });
         let debug = std::env::var("RNN_GPU_DEBUG").is_ok_and(|v| v != "0");
         tracing::debug!(ordinal, name = %info.name, backend = ?info.backend, "wgpu device opened");
         let limits = device.limits();
         let target = crate::gpu::target::Target::wgsl(limits.max_compute_workgroups_per_dimension as usize, shader_f16);
+        let pooled = crate::gpu_pool::pool_enabled();
         Ok(WgpuContext {
+            batch: Mutex::new(Batch::new(&device, limits.min_storage_buffer_offset_alignment)),
+            bind_groups: Mutex::new(BindGroups::new(pooled)),
+            counters: Counters::default(),
             ordinal,
             name: info.name,
             target,
@@ -86,27 +127,67 @@ impl WgpuContext {
             device,
             queue,
             shader_f16,
-            pool: BufferPool::new(crate::gpu_pool::pool_enabled()),
+            pool: BufferPool::new(pooled),
             pipelines: Mutex::new(HashMap::new()),
             error,
             lost,
+            faulted,
             debug,
         })
     }
 
     /// `Err` when the device was lost or reported an error since the last check.
     pub fn check(&self) -> Result<()> {
+        if !self.faulted.load(Ordering::SeqCst) {
+            return Ok(());
+        }
         if let Some(why) = self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone() {
             return Err(Error::DeviceNotAvailable(format!("wgpu:{} ({}) was lost: {why}", self.ordinal, self.name)));
         }
+        // Not lost: the error is returned once, and the device counts as healthy again.
+        self.faulted.store(false, Ordering::SeqCst);
         match self.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(e) => Err(Error::Msg(format!("wgpu:{} ({}): {e}", self.ordinal, self.name))),
             None => Ok(()),
         }
     }
 
-    /// Blocks until the queue is idle.
+    /// The batch being recorded (a poisoned lock is taken over: a batch is valid between
+    /// calls).
+    pub fn batch(&self) -> std::sync::MutexGuard<'_, Batch> {
+        self.batch.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Submits the batch `batch` holds, if any (the caller holds its lock).
+    pub fn submit_batch(&self, batch: &mut Batch) {
+        if let Some(commands) = batch.finish(&self.queue) {
+            self.queue.submit([commands]);
+            Counters::bump(&self.counters.submits);
+        }
+    }
+
+    /// Submits the recorded commands without waiting for them.
+    pub fn flush(&self) -> Result<()> {
+        self.submit_batch(&mut self.batch());
+        self.check()
+    }
+
+    /// Submits the recorded commands and blocks until the queue is idle.
+    pub fn synchronize(&self) -> Result<()> {
+        self.flush()?;
+        self.wait()
+    }
+
+    /// Frees the buffers the pool keeps, and the bind groups that keep buffers alive.
+    pub fn empty_cache(&self) {
+        self.bind_groups.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.pool.empty_cache();
+    }
+
+    /// Blocks until the queue is idle (submitted work only: see `synchronize`). Counted as a
+    /// host sync.
     pub fn wait(&self) -> Result<()> {
+        Counters::bump(&self.counters.syncs);
         self.device
             .poll(::wgpu::PollType::wait_indefinitely())
             .map_err(|e| Error::DeviceNotAvailable(format!("wgpu:{} ({}): {e}", self.ordinal, self.name)))?;
@@ -115,7 +196,7 @@ impl WgpuContext {
 
     /// The compiled pipeline (entry point `main`) of the kernel `key` stands for (`text`
     /// builds its source), compiled the first time `key` is seen.
-    pub fn pipeline(&self, key: &str, text: impl FnOnce() -> String) -> Result<Arc<::wgpu::ComputePipeline>> {
+    pub fn pipeline(&self, key: &str, text: impl FnOnce() -> String) -> Result<Arc<Kernel>> {
         let mut cache = self.pipelines.lock().map_err(|_| Error::Msg("wgpu: pipeline cache poisoned".into()))?;
         if let Some(p) = cache.get(key) {
             return Ok(p.clone());
@@ -129,9 +210,18 @@ impl WgpuContext {
             label: None,
             source: ::wgpu::ShaderSource::Wgsl(source.as_str().into()),
         });
+        let layout =
+            super::layout::storage_bindings(&source).map(|b| super::layout::bind_group_layout(&self.device, &b));
+        let pipeline_layout = layout.as_ref().map(|l| {
+            self.device.create_pipeline_layout(&::wgpu::PipelineLayoutDescriptor {
+                label: None,
+                bind_group_layouts: &[Some(l)],
+                immediate_size: 0,
+            })
+        });
         let pipeline = self.device.create_compute_pipeline(&::wgpu::ComputePipelineDescriptor {
             label: None,
-            layout: None,
+            layout: pipeline_layout.as_ref(),
             module: &module,
             entry_point: Some("main"),
             compilation_options: Default::default(),
@@ -140,9 +230,9 @@ impl WgpuContext {
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Msg(format!("wgpu: kernel failed to compile: {e}\n{source}")));
         }
-        let pipeline = Arc::new(pipeline);
-        cache.insert(key.to_string(), pipeline.clone());
-        Ok(pipeline)
+        let kernel = Arc::new(Kernel { pipeline, layout });
+        cache.insert(key.to_string(), kernel.clone());
+        Ok(kernel)
     }
 
     pub fn debug(&self) -> bool {

@@ -7,17 +7,27 @@
 //! Element types: f32 everywhere, f16 where the adapter offers `shader-f16`; integer
 //! tensors are stored as 32-bit words: u8 as one u32 per element, i64 as i32 (values must
 //! fit in i32; uploading a larger one is an error). f64 and bf16 are not supported.
+//!
+//! Submission: ops are recorded into one command encoder per device and submitted in
+//! batches (`batch.rs`): at a read-back, at `synchronize` / `flush`, or after
+//! `MAX_BATCH_DISPATCHES` dispatches or `MAX_BATCH_INFO_BYTES` of `Info` words. The host
+//! waits for the device only at read-backs and `synchronize`; [`submission_stats`] counts
+//! those waits. Index ops check their ids on the device and report a bad one at the next of
+//! those sync points (`gpu/deferred.rs`).
 
 mod adapters;
+mod batch;
 mod context;
 mod dtype;
 mod launch;
+mod layout;
 mod pool;
 mod storage;
 mod user_kernel;
 
 pub use crate::gpu_memory::MemoryStats;
 pub use adapters::{adapters, best_ordinal, find_adapter, WgpuAdapterInfo};
+pub use batch::{SubmissionStats, MAX_BATCH_DISPATCHES, MAX_BATCH_INFO_BYTES};
 pub use storage::WgpuStorage;
 pub use user_kernel::{compile_user_kernel, launch_user_kernel};
 
@@ -26,15 +36,38 @@ pub fn memory_stats(ordinal: usize) -> crate::Result<MemoryStats> {
     Ok(context::context(ordinal)?.pool.stats())
 }
 
-/// Frees the buffers the pool of wgpu device `ordinal` keeps for reuse.
+/// Frees the buffers the pool of wgpu device `ordinal` keeps for reuse (and the cached bind
+/// groups that refer to them).
 pub fn empty_cache(ordinal: usize) -> crate::Result<()> {
-    context::context(ordinal)?.pool.empty_cache();
+    context::context(ordinal)?.empty_cache();
     Ok(())
 }
 
-/// Blocks until all work submitted to wgpu device `ordinal` has finished.
+/// Submits the ops recorded on wgpu device `ordinal` and blocks until they have finished.
+/// Index checks pending on this thread are evaluated in that wait (`gpu/deferred.rs`): a bad
+/// id of an earlier index op is returned here as `Error::IndexOutOfRange`.
 pub fn synchronize(ordinal: usize) -> crate::Result<()> {
-    context::context(ordinal)?.wait()
+    let ctx = context::context(ordinal)?;
+    crate::gpu::deferred::synchronize::<WgpuStorage>(ordinal, || ctx.synchronize())
+}
+
+/// Submits the ops recorded on wgpu device `ordinal` without waiting for them (benchmarks
+/// use it to time the host's side of ops). Ops are submitted anyway at the next read-back,
+/// `synchronize`, or once a batch is full; this only submits them sooner.
+pub fn flush(ordinal: usize) -> crate::Result<()> {
+    context::context(ordinal)?.flush()
+}
+
+/// Submission counters of wgpu device `ordinal` since it was opened: submits, host syncs
+/// (waits for the device), dispatches and bind groups created / reused.
+pub fn submission_stats(ordinal: usize) -> crate::Result<SubmissionStats> {
+    Ok(context::context(ordinal)?.counters.stats())
+}
+
+/// How many times the host has waited for wgpu device `ordinal` (read-backs and
+/// `synchronize`) since it was opened; a training step between progress updates adds none.
+pub fn sync_count(ordinal: usize) -> crate::Result<u64> {
+    Ok(submission_stats(ordinal)?.syncs)
 }
 
 /// Destroys wgpu device `ordinal` now, as a driver reset would: its buffers are freed and
@@ -54,12 +87,14 @@ pub fn time_buffer_copy(ordinal: usize, bytes: u64, calls: usize) -> crate::Resu
     let ctx = context::context(ordinal)?;
     let bytes = bytes.next_multiple_of(4);
     let (src, dst) = (pool::alloc(&ctx, bytes)?, pool::alloc(&ctx, bytes)?);
+    ctx.flush()?;
     let mut times = Vec::with_capacity(calls);
     for _ in 0..calls.max(1) + 2 {
         let start = std::time::Instant::now();
         let mut encoder = ctx.device.create_command_encoder(&Default::default());
         encoder.copy_buffer_to_buffer(src.buffer(), 0, dst.buffer(), 0, bytes);
         ctx.queue.submit([encoder.finish()]);
+        batch::Counters::bump(&ctx.counters.submits);
         ctx.wait()?;
         times.push(start.elapsed().as_secs_f64());
     }

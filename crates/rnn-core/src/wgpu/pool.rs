@@ -60,7 +60,7 @@ pub(crate) fn alloc(ctx: &Arc<WgpuContext>, bytes: u64) -> Result<PooledBuffer> 
     let buffer = match create(ctx, class) {
         Some(b) => b,
         None => {
-            ctx.pool.empty_cache();
+            ctx.empty_cache();
             create(ctx, class).ok_or_else(|| {
                 let stats = ctx.pool.stats();
                 Error::OutOfMemory { requested: class as usize, free: 0, total: stats.reserved as usize }

@@ -2,11 +2,15 @@
 //! GPU layer (`gpu/`) runs programs with: allocation, transfers, launches.
 
 use std::sync::{mpsc, Arc};
+use std::thread::LocalKey;
+
+use ::wgpu::util::DeviceExt;
 
 use super::context::{context, WgpuContext};
 use super::pool::{alloc, PooledBuffer};
 use super::{dtype, launch};
 use crate::cpu::CpuStorage;
+use crate::gpu::deferred::Deferred;
 use crate::gpu::plan::KernelPlan;
 use crate::gpu::target::{wgsl_type, Target};
 use crate::gpu::GpuStorage;
@@ -47,22 +51,39 @@ impl WgpuStorage {
         self.buf.buffer()
     }
 
-    /// Reads the whole buffer back to the host (waits for queued kernels).
-    fn read_back(&self) -> Result<Vec<u8>> {
-        let ctx = &self.ctx;
-        let size = dtype::stored_bytes(self.dtype, self.len);
-        if size == 0 {
-            return Ok(Vec::new());
-        }
-        let staging = ctx.device.create_buffer(&::wgpu::BufferDescriptor {
-            label: None,
-            size,
-            usage: ::wgpu::BufferUsages::MAP_READ | ::wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
+    /// Reads the buffers of `all` (on one device) back to the host: their copies join the
+    /// recorded batch, which is submitted and waited for once.
+    fn read_back(all: &[&WgpuStorage]) -> Result<Vec<Vec<u8>>> {
+        let Some(first) = all.first() else { return Ok(Vec::new()) };
+        let ctx = first.ctx();
+        let sizes: Vec<u64> = all.iter().map(|s| dtype::stored_bytes(s.dtype, s.len)).collect();
+        let total: u64 = sizes.iter().sum();
+        let staging = (total > 0).then(|| {
+            ctx.device.create_buffer(&::wgpu::BufferDescriptor {
+                label: None,
+                size: total,
+                usage: ::wgpu::BufferUsages::MAP_READ | ::wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
         });
-        let mut encoder = ctx.device.create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(self.buffer(), 0, &staging, 0, size);
-        ctx.queue.submit([encoder.finish()]);
+        {
+            let mut batch = ctx.batch();
+            if let Some(staging) = &staging {
+                let encoder = batch.encoder(&ctx.device);
+                let mut at = 0;
+                for (s, &size) in all.iter().zip(&sizes) {
+                    if size > 0 {
+                        encoder.copy_buffer_to_buffer(s.buffer(), 0, staging, at, size);
+                    }
+                    at += size;
+                }
+            }
+            ctx.submit_batch(&mut batch);
+        }
+        let Some(staging) = staging else {
+            ctx.wait()?;
+            return Ok(vec![Vec::new(); all.len()]);
+        };
         let (tx, rx) = mpsc::channel();
         staging.slice(..).map_async(::wgpu::MapMode::Read, move |r| drop(tx.send(r)));
         ctx.wait()?;
@@ -71,10 +92,34 @@ impl WgpuStorage {
             Error::DeviceNotAvailable(format!("wgpu:{} ({}): read-back failed: {e}", ctx.ordinal, ctx.name))
         })?;
         let view = staging.slice(..).get_mapped_range().map_err(|e| Error::Msg(format!("wgpu: read-back: {e}")))?;
-        let bytes = view.to_vec();
+        let mut out = Vec::with_capacity(all.len());
+        let mut at = 0;
+        for &size in &sizes {
+            out.push(view[at as usize..(at + size) as usize].to_vec());
+            at += size;
+        }
         drop(view);
         staging.unmap();
-        Ok(bytes)
+        Ok(out)
+    }
+
+    /// Writes `bytes` to the start of this buffer, in order with the recorded ops: through
+    /// `queue.write_buffer` while nothing is recorded (it runs before the next submit's
+    /// commands), else as a copy from a staging buffer recorded in the batch, since a
+    /// recorded op may still read this (recycled) buffer.
+    fn write(&self, bytes: &[u8]) {
+        let ctx = self.ctx();
+        let mut batch = ctx.batch();
+        if batch.is_empty() {
+            ctx.queue.write_buffer(self.buffer(), 0, bytes);
+            return;
+        }
+        let staging = ctx.device.create_buffer_init(&::wgpu::util::BufferInitDescriptor {
+            label: None,
+            contents: bytes,
+            usage: ::wgpu::BufferUsages::COPY_SRC,
+        });
+        batch.encoder(&ctx.device).copy_buffer_to_buffer(&staging, 0, self.buffer(), 0, bytes.len() as u64);
     }
 }
 
@@ -102,13 +147,22 @@ impl GpuStorage for WgpuStorage {
         let bytes = dtype::to_stored_bytes(cpu)?;
         let s = WgpuStorage::alloc_on(&ctx, cpu.dtype(), cpu.len())?;
         if !bytes.is_empty() {
-            ctx.queue.write_buffer(s.buffer(), 0, &bytes);
+            s.write(&bytes);
         }
         ctx.check()?;
         Ok(s)
     }
     fn download(&self) -> Result<CpuStorage> {
-        dtype::from_stored_bytes(&self.read_back()?, self.dtype, self.len)
+        let bytes = WgpuStorage::read_back(&[self])?;
+        dtype::from_stored_bytes(&bytes[0], self.dtype, self.len)
+    }
+    fn download_all(all: &[&Self]) -> Result<Vec<CpuStorage>> {
+        let bytes = WgpuStorage::read_back(all)?;
+        all.iter().zip(&bytes).map(|(s, b)| dtype::from_stored_bytes(b, s.dtype, s.len)).collect()
+    }
+    fn deferred() -> &'static LocalKey<Deferred<Self>> {
+        thread_local!(static PENDING: Deferred<WgpuStorage> = Deferred::default());
+        &PENDING
     }
     fn launch(plan: &KernelPlan, args: &[&Self]) -> Result<()> {
         launch::launch(plan, args)

@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use ::wgpu::util::DeviceExt;
 
+use super::batch::Counters;
 use super::context::{context, WgpuContext};
 use super::dtype::stored_bytes;
 use super::storage::WgpuStorage;
@@ -160,7 +161,13 @@ pub fn launch_user_kernel(
         let msg = format!("WGSL kernel '{entry}' cannot run with these arguments on wgpu:{}: {e}", ctx.ordinal);
         return Err(Error::invalid(OP, msg));
     }
+    // After the recorded ops, which may write its inputs (the batch is submitted first).
+    let mut batch = ctx.batch();
+    ctx.submit_batch(&mut batch);
     ctx.queue.submit([commands]);
+    drop(batch);
+    Counters::bump(&ctx.counters.submits);
+    Counters::bump(&ctx.counters.dispatches);
     if ctx.debug() {
         tracing::debug!(ordinal = ctx.ordinal, entry, grid = ?(x, y, z), "wgpu user kernel launch");
     }

@@ -46,7 +46,9 @@ impl Embedding {
 
 impl Module for Embedding {
     /// Integer ids (u8, u32 or i64) of any shape -> `ids.shape + [dim]`; an id out of range
-    /// is an `Error::IndexOutOfRange`.
+    /// is an `Error::IndexOutOfRange`: at once on the CPU, at the next sync point (a
+    /// read-back or `Device::synchronize`) on a GPU, which checks the ids on the device
+    /// without waiting for it.
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         if xs.dtype().is_float() {
             let hint = ": ids must be an integer tensor (u8, u32 or i64)";

@@ -14,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use super::EmuStorage;
 use crate::cpu::CpuStorage;
 use crate::gpu::GpuStorage;
+use crate::storage::BackendStorage;
 use crate::{DType, Layout, Result};
 
 /// A random host tensor of `n` elements: mostly ordinary values, a few special ones (NaN,
@@ -144,10 +145,11 @@ fn close(got: &CpuStorage, want: &CpuStorage, tol: Tol) -> std::result::Result<(
 }
 
 /// Compares an op's result on the emulator with the CPU's: equal errors, or close values.
+/// The emulator's result is read back through `to_cpu`, the sync point where a bad id of an
+/// index op is reported (`gpu/deferred.rs`).
 pub(super) fn compare(what: &str, got: Result<EmuStorage>, want: Result<CpuStorage>, tol: Tol) {
-    match (got, want) {
+    match (got.and_then(|g| g.to_cpu()), want) {
         (Ok(g), Ok(w)) => {
-            let g = g.download().unwrap_or_else(|e| panic!("{what}: download: {e}"));
             if let Err(msg) = close(&g, &w, tol) {
                 panic!("{what}: {msg}");
             }

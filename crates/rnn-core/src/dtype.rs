@@ -75,6 +75,8 @@ pub trait WithDType:
         self.partial_cmp(&self).is_none()
     }
     fn slice_of(s: &crate::cpu::CpuStorage) -> Option<&[Self]>;
+    /// The elements of `s` for writing in place, if it holds this type.
+    fn slice_of_mut(s: &mut crate::cpu::CpuStorage) -> Option<&mut [Self]>;
 }
 
 macro_rules! with_dtype {
@@ -91,6 +93,12 @@ macro_rules! with_dtype {
                 crate::cpu::CpuStorage::$variant(data)
             }
             fn slice_of(s: &crate::cpu::CpuStorage) -> Option<&[Self]> {
+                match s {
+                    crate::cpu::CpuStorage::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn slice_of_mut(s: &mut crate::cpu::CpuStorage) -> Option<&mut [Self]> {
                 match s {
                     crate::cpu::CpuStorage::$variant(v) => Some(v),
                     _ => None,

@@ -57,8 +57,13 @@ impl Tensor {
         self.0.storage.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn storage_mut(&self) -> RwLockWriteGuard<'_, Storage> {
+    pub(crate) fn storage_mut(&self) -> RwLockWriteGuard<'_, Storage> {
         self.0.storage.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Names this tensor's storage: equal for tensors that share it (`same_storage`).
+    pub(crate) fn storage_key(&self) -> usize {
+        Arc::as_ptr(&self.0.storage) as *const () as usize
     }
 
     pub fn id(&self) -> TensorId {

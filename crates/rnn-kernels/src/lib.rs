@@ -37,6 +37,8 @@ pub mod wgsl {
     pub const UNFOLD2D: &str = include_str!("../wgsl/unfold2d.wgsl");
     /// The adjoint of `UNFOLD2D`: window elements summed back into place.
     pub const FOLD2D: &str = include_str!("../wgsl/fold2d.wgsl");
+    /// Optimizer updates (SGD, Adam / AdamW, RMSprop, Adagrad) of one parameter, in place.
+    pub const OPTIM: &str = include_str!("../wgsl/optim.wgsl");
 }
 
 /// CUDA C kernel templates for the CUDA backend, compiled by NVRTC for the device's own
@@ -68,6 +70,9 @@ pub mod cuda {
     pub const UNFOLD2D: &str = include_str!("../cuda/unfold2d.cu");
     /// The adjoint of `UNFOLD2D`.
     pub const FOLD2D: &str = include_str!("../cuda/fold2d.cu");
+    /// Optimizer updates (SGD, Adam / AdamW, RMSprop, Adagrad) of many parameters in one
+    /// launch, in place, through a table of buffer addresses (multi-tensor apply).
+    pub const OPTIM: &str = include_str!("../cuda/optim.cu");
 
     /// Every template, by name (for compile checks).
     pub const ALL: &[(&str, &str)] = &[
@@ -83,5 +88,6 @@ pub mod cuda {
         ("scatter_add", SCATTER_ADD),
         ("unfold2d", UNFOLD2D),
         ("fold2d", FOLD2D),
+        ("optim", OPTIM),
     ];
 }

@@ -274,19 +274,21 @@ fn all_configs() -> Vec<OptimizerConfig> {
     ]
 }
 
-/// Runs 3 steps with random gradients from the same start in `dtype`: on `device` with the
-/// fused path on (used where it applies: contiguous CPU tensors) and on the CPU with tensor
-/// ops, the formulas' reference. Returns the largest difference of the parameters.
+/// Runs `steps` steps with random gradients from the same start in `dtype`: on `device` with
+/// the fused path on (one multi-tensor step per group where it applies) and on the CPU with
+/// tensor ops, the formulas' reference. Returns the largest difference of the parameters.
 fn update_vs_cpu_tensor_ops(
     config: &OptimizerConfig,
     dtype: DType,
     device: Device,
     shapes: &[&[usize]],
+    steps: usize,
 ) -> Result<f64> {
     let mut r = rng(7);
     let mut randn = |s: &[usize]| Tensor::randn_with(&mut r, 0.0, 1.0, s, dtype, CPU);
     let start: Vec<Tensor> = shapes.iter().map(|s| randn(s)).collect::<Result<_>>()?;
-    let grads: Vec<Vec<Tensor>> = (0..3).map(|_| shapes.iter().map(|s| randn(s)).collect()).collect::<Result<_>>()?;
+    let grads: Vec<Vec<Tensor>> =
+        (0..steps).map(|_| shapes.iter().map(|s| randn(s)).collect()).collect::<Result<_>>()?;
     let run = |device: Device, fused: bool| -> Result<Vec<Vec<f64>>> {
         // Fresh storage for each run (the updates are in place).
         let copy = |t: &Tensor| to(&Tensor::from_vec(values(t), t.dims(), CPU)?, dtype, device);
@@ -305,21 +307,55 @@ fn update_vs_cpu_tensor_ops(
     Ok(a.iter().zip(&b).map(|(x, y)| max_abs_diff(x, y)).fold(0.0, f64::max))
 }
 
+/// 100 steps over parameters of several sizes: empty, one element, small, and across the
+/// CUDA kernel's 2048-element chunks.
 fn update_equals_cpu_tensor_ops(device: Device) -> Result<()> {
-    // On the CPU, the large tensor takes the multi-threaded path of the fused loop (above ~1M
-    // elements); a GPU has no such path, and a software one (lavapipe) would only spend time.
-    let big: &[&[usize]] = if device.is_cpu() { &[&[1030, 1024]] } else { &[] };
-    let shapes: Vec<&[usize]> = [&[3, 5][..], &[7]].into_iter().chain(big.iter().copied()).collect();
+    let shapes: [&[usize]; 6] = [&[3, 5], &[7], &[0], &[1], &[2, 0, 3], &[3, 1400]];
     for config in all_configs() {
         for dtype in checked_floats(device) {
             let tol = tol_on(device, tolerance(dtype).op);
-            let err = update_vs_cpu_tensor_ops(&config, dtype, device, &shapes)?;
+            let err = update_vs_cpu_tensor_ops(&config, dtype, device, &shapes, 100)?;
             assert!(err <= tol, "{config:?} in {dtype} on {device}: {err:e}");
         }
     }
     Ok(())
 }
 test_device!(update_equals_cpu_tensor_ops_test, update_equals_cpu_tensor_ops);
+
+/// On the CPU, a large tensor takes the multi-threaded path of the fused loop (above ~1M
+/// elements); a GPU has no such path, and a software one (lavapipe) would only spend time.
+fn large_update_equals_cpu_tensor_ops(device: Device) -> Result<()> {
+    if !device.is_cpu() {
+        return Ok(());
+    }
+    for config in all_configs() {
+        let err = update_vs_cpu_tensor_ops(&config, DType::F32, device, &[&[1030, 1024], &[5]], 3)?;
+        assert!(err <= tolerance(DType::F32).op, "{config:?}: {err:e}");
+    }
+    Ok(())
+}
+test_device!(large_update_equals_cpu_tensor_ops_test, large_update_equals_cpu_tensor_ops);
+
+/// A gradient that is another parameter's storage (`loss = a . b` gives `grad b = a`): one
+/// fused pass would read it while writing it, so the group takes the tensor-op path and the
+/// result is that of updating the parameters one after the other.
+fn gradient_sharing_a_parameter_is_handled(device: Device) -> Result<()> {
+    let dtype = widest_float(device);
+    let t = |v: &[f64]| rnn_testutil::try_tensor(v, &[v.len()], dtype, device);
+    let mut results = Vec::new();
+    for fused in [true, false] {
+        let a = t(&[1.0, -2.0, 3.0])?.requires_grad();
+        let b = t(&[0.5, 0.25, -1.0])?.requires_grad();
+        let mut grads = GradStore::new();
+        grads.insert(&a, t(&[0.1, 0.2, 0.3])?);
+        grads.insert(&b, a.detach());
+        build(&OptimizerConfig::sgd(0.5), vec![a.clone(), b.clone()], fused)?.step(&grads)?;
+        results.push((values(&a), values(&b)));
+    }
+    assert_eq!(results[0], results[1]);
+    Ok(())
+}
+test_device!(gradient_sharing_a_parameter_is_handled_test, gradient_sharing_a_parameter_is_handled);
 
 fn non_contiguous_gradient_takes_the_tensor_op_path(device: Device) -> Result<()> {
     let p = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], (2, 3), device)?.requires_grad();

@@ -52,7 +52,7 @@ pub(crate) fn launch(plan: &KernelPlan, args: &[&CudaStorage]) -> Result<()> {
 }
 
 /// The device address of `s`'s element `offset`.
-fn address(s: &CudaStorage, offset: usize) -> u64 {
+pub(crate) fn address(s: &CudaStorage, offset: usize) -> u64 {
     // Event tracking is off on every device (one stream each), so the returned guard records
     // nothing and may be dropped at once.
     let (ptr, _) = s.slice().device_ptr(&s.dev().stream);

@@ -120,4 +120,7 @@ impl GpuStorage for CudaStorage {
             _ => None,
         }
     }
+    fn device_address(&self) -> Option<u64> {
+        Some(launch::address(self, 0))
+    }
 }

@@ -222,4 +222,8 @@ impl GpuStorage for EmuStorage {
     fn of(_: &Storage) -> Option<&Self> {
         None
     }
+    fn device_address(&self) -> Option<u64> {
+        // Kernels run on the host: a device address is a host pointer.
+        Some(self.buf.ptr() as u64)
+    }
 }

@@ -13,6 +13,7 @@ pub(crate) mod elementwise;
 pub(crate) mod gemm;
 pub(crate) mod index;
 pub(crate) mod matmul;
+pub(crate) mod optim;
 pub(crate) mod plan;
 pub(crate) mod reduce;
 pub(crate) mod target;
@@ -83,6 +84,12 @@ pub(crate) trait GpuStorage: Clone + std::fmt::Debug + Sized + 'static {
     }
     /// This runtime's storage inside a `Storage`, if it is one.
     fn of(s: &Storage) -> Option<&Self>;
+    /// The device address of element 0, for kernels that read buffer addresses from a table
+    /// (the multi-tensor optimizer update, `optim.rs`); `None` where kernels cannot follow
+    /// addresses (WGSL).
+    fn device_address(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The buffer `a` names.

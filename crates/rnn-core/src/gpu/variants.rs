@@ -64,6 +64,7 @@ pub(crate) fn all(target: &Target) -> Vec<(String, KernelSource)> {
         }
     }
     v.extend(crate::fused::variants(target));
+    v.extend(super::optim::variants(target));
     v
 }
 

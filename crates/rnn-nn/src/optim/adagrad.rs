@@ -1,9 +1,9 @@
 //! Adagrad (`torch.optim.Adagrad`).
 
-use rnn_core::fused_update::{adagrad_step, AdagradHyper};
+use rnn_core::fused_update::{AdagradHyper, UpdateRule};
 use rnn_core::{GradStore, Result, Tensor};
 
-use super::{check, l2_decayed, Optimizer, ParamSet};
+use super::{check, l2_decayed, Optimizer, ParamSet, StateSlots};
 
 /// Adagrad settings; `Default` is PyTorch's (`lr` 0.01, `eps` 1e-10, no decay).
 #[derive(Clone, Debug, PartialEq)]
@@ -45,6 +45,12 @@ struct AdagradState {
     step: u64,
 }
 
+impl StateSlots for AdagradState {
+    fn slots(&self) -> [Option<&Tensor>; 3] {
+        [Some(&self.sum), None, None]
+    }
+}
+
 /// Adagrad: `sum += g²`, `p -= lr_t * g / (sqrt(sum) + eps)` with
 /// `lr_t = lr / (1 + (t - 1) * lr_decay)` and `g += weight_decay * p` first.
 pub struct Adagrad {
@@ -67,7 +73,7 @@ impl Adagrad {
         self.params.params()
     }
 
-    /// Turns the fused CPU update on (the default) or off (tensor ops everywhere).
+    /// Turns the fused update on (the default) or off (tensor ops everywhere).
     pub fn set_fused(&mut self, fused: bool) {
         self.params.fused = fused;
     }
@@ -75,23 +81,17 @@ impl Adagrad {
 
 impl Optimizer for Adagrad {
     fn step(&mut self, grads: &GradStore) -> Result<()> {
-        let (c, fused) = (self.config.clone(), self.params.fused);
-        self.params.for_each_with_grad("Adagrad", grads, |p, g, state| {
+        let c = self.config.clone();
+        let prepare = |p: &Tensor, state: &mut Option<AdagradState>| {
             let s = match state {
                 Some(s) => s,
                 None => state.insert(AdagradState { sum: p.full_like(c.initial_accumulator_value)?, step: 0 }),
             };
             s.step += 1;
             let lr = c.lr / (1.0 + (s.step - 1) as f64 * c.lr_decay);
-            let hp = AdagradHyper { lr, eps: c.eps, weight_decay: c.weight_decay };
-            if fused && adagrad_step(p, g, &mut s.sum, &hp)? {
-                return Ok(());
-            }
-            let g = l2_decayed(p, g, hp.weight_decay)?;
-            s.sum = s.sum.add(&g.mul(&g)?)?;
-            let std = s.sum.sqrt()?.add_scalar(hp.eps)?;
-            p.assign(&p.sub(&g.div(&std)?.mul_scalar(hp.lr)?)?)
-        })
+            Ok(AdagradHyper { lr, eps: c.eps, weight_decay: c.weight_decay })
+        };
+        self.params.update("Adagrad", grads, UpdateRule::Adagrad, prepare, update_with_tensor_ops)
     }
 
     fn learning_rate(&self) -> f64 {
@@ -101,4 +101,12 @@ impl Optimizer for Adagrad {
     fn set_learning_rate(&mut self, lr: f64) {
         self.config.lr = lr;
     }
+}
+
+/// The update as tensor ops, in the order of PyTorch's single-tensor Adagrad.
+fn update_with_tensor_ops(p: &Tensor, g: &Tensor, s: &mut AdagradState, hp: &AdagradHyper) -> Result<()> {
+    let g = l2_decayed(p, g, hp.weight_decay)?;
+    s.sum = s.sum.add(&g.mul(&g)?)?;
+    let std = s.sum.sqrt()?.add_scalar(hp.eps)?;
+    p.assign(&p.sub(&g.div(&std)?.mul_scalar(hp.lr)?)?)
 }

@@ -1,10 +1,10 @@
 //! Adam (`torch.optim.Adam`, with L2 weight decay added to the gradient) and AdamW
 //! (`torch.optim.AdamW`, with decoupled weight decay), both with optional AMSGrad.
 
-use rnn_core::fused_update::{adam_step, AdamHyper};
+use rnn_core::fused_update::{AdamHyper, UpdateRule};
 use rnn_core::{GradStore, Result, Tensor};
 
-use super::{check, l2_decayed, Optimizer, ParamSet};
+use super::{check, l2_decayed, Optimizer, ParamSet, StateSlots};
 
 /// Adam / AdamW settings; `Default` is PyTorch's Adam (`lr` 1e-3, betas 0.9 / 0.999,
 /// `eps` 1e-8, no weight decay); `AdamConfig::adamw()` is PyTorch's AdamW (decay 0.01).
@@ -55,6 +55,12 @@ struct AdamState {
     step: u64,
 }
 
+impl StateSlots for AdamState {
+    fn slots(&self) -> [Option<&Tensor>; 3] {
+        [Some(&self.m), Some(&self.v), self.max_v.as_ref()]
+    }
+}
+
 /// Adam: `m = beta1 m + (1 - beta1) g`, `v = beta2 v + (1 - beta2) g²`,
 /// `p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)`, with
 /// `g += weight_decay * p` first.
@@ -84,7 +90,7 @@ impl Adam {
         self.params.params()
     }
 
-    /// Turns the fused CPU update on (the default) or off (tensor ops everywhere).
+    /// Turns the fused update on (the default) or off (tensor ops everywhere).
     pub fn set_fused(&mut self, fused: bool) {
         self.params.fused = fused;
     }
@@ -92,9 +98,9 @@ impl Adam {
 
 impl Optimizer for Adam {
     fn step(&mut self, grads: &GradStore) -> Result<()> {
-        let (c, decoupled, fused) = (self.config.clone(), self.decoupled, self.params.fused);
+        let (c, decoupled) = (self.config.clone(), self.decoupled);
         let name = if decoupled { "AdamW" } else { "Adam" };
-        self.params.for_each_with_grad(name, grads, |p, g, state| {
+        let prepare = |p: &Tensor, state: &mut Option<AdamState>| {
             let state = match state {
                 Some(s) => s,
                 None => state.insert(AdamState {
@@ -105,20 +111,18 @@ impl Optimizer for Adam {
                 }),
             };
             state.step += 1;
-            let hp = AdamHyper {
+            Ok(AdamHyper {
                 lr: c.lr,
                 beta1: c.beta1,
                 beta2: c.beta2,
                 eps: c.eps,
                 weight_decay: c.weight_decay,
                 decoupled,
+                amsgrad: c.amsgrad,
                 step: state.step,
-            };
-            if fused && adam_step(p, g, &mut state.m, &mut state.v, state.max_v.as_mut(), &hp)? {
-                return Ok(());
-            }
-            update_with_tensor_ops(p, g, state, &hp)
-        })
+            })
+        };
+        self.params.update(name, grads, UpdateRule::Adam, prepare, update_with_tensor_ops)
     }
 
     fn learning_rate(&self) -> f64 {
@@ -168,7 +172,7 @@ impl AdamW {
         self.0.params()
     }
 
-    /// Turns the fused CPU update on (the default) or off (tensor ops everywhere).
+    /// Turns the fused update on (the default) or off (tensor ops everywhere).
     pub fn set_fused(&mut self, fused: bool) {
         self.0.set_fused(fused);
     }

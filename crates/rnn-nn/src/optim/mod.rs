@@ -18,8 +18,21 @@
 //!
 //! Updates run outside the graph and overwrite each parameter in place, so layers holding
 //! the parameter see the new values. State (momentum, moments) lives on the parameter's
-//! device. On the CPU, f32 and f64 parameters take a fused one-pass update
-//! (`rnn_core::fused_update`); elsewhere the same formulas run as tensor ops.
+//! device and is updated in place too.
+//!
+//! A step is fused (`rnn_core::fused_update`): the parameters with a gradient are grouped
+//! by device, dtype and hyper-parameters, and each group takes one pass over parameters,
+//! gradients and states, allocating nothing per step:
+//! - CPU, f32 and f64: one loop per parameter (multi-threaded for large tensors);
+//! - CUDA, f32 and f64: ONE kernel launch for the whole group (multi-tensor apply: the
+//!   kernel reads a table of the buffers' addresses); untested on a GPU, checked by a host
+//!   emulator of the CUDA kernels;
+//! - wgpu, f32: one dispatch per parameter.
+//!
+//! Everything else (f16 / bf16, non-contiguous gradients, a gradient sharing storage with
+//! another parameter) runs the same formulas as tensor ops, about ten ops per parameter;
+//! `set_fused(false)` on an optimizer forces that path, which is the reference the fused
+//! updates are tested against.
 
 mod adagrad;
 mod adam;
@@ -42,7 +55,8 @@ pub use sgd::{Sgd, SgdConfig};
 
 use std::collections::HashSet;
 
-use rnn_core::{Error, GradStore, Result, Tensor};
+use rnn_core::fused_update::{self, ParamUpdate, UpdateRule};
+use rnn_core::{DType, Device, Error, GradStore, Result, Tensor};
 
 /// Updates parameters from their gradients.
 pub trait Optimizer: Send {
@@ -54,8 +68,13 @@ pub trait Optimizer: Send {
     fn set_learning_rate(&mut self, lr: f64);
 }
 
-/// The parameters an optimizer updates, with one optional state per parameter (created at
-/// the parameter's first update, as PyTorch does), and the choice of the fused CPU path.
+/// The per-parameter state of an optimizer, in the state slots of its `UpdateRule`.
+pub(crate) trait StateSlots {
+    fn slots(&self) -> [Option<&Tensor>; 3];
+}
+
+/// The parameters an optimizer updates, with one state per parameter (created at the
+/// parameter's first update, as PyTorch does), and the choice of the fused path.
 pub(crate) struct ParamSet<S> {
     params: Vec<Tensor>,
     states: Vec<Option<S>>,
@@ -64,7 +83,7 @@ pub(crate) struct ParamSet<S> {
     pub(crate) fused: bool,
 }
 
-impl<S> ParamSet<S> {
+impl<S: StateSlots> ParamSet<S> {
     /// Keeps the first occurrence of each parameter (tied weights may be listed twice);
     /// rejects non-float tensors, which cannot be optimized.
     pub(crate) fn new(optimizer: &'static str, params: Vec<Tensor>) -> Result<Self> {
@@ -87,22 +106,80 @@ impl<S> ParamSet<S> {
         &self.params
     }
 
-    /// Calls `update(param, grad, state)` for each parameter with a gradient, outside the
-    /// graph, after checking that the gradient matches the parameter.
-    pub(crate) fn for_each_with_grad(
+    /// One update of every parameter with a gradient, outside the graph. All gradients are
+    /// checked against their parameters first (a mismatch is an error, and nothing moves);
+    /// then `prepare` creates or advances each parameter's state and gives its
+    /// hyper-parameters `H`. With `fused` on, the parameters are grouped by device, dtype and
+    /// rule (`rule(H)`), and each group takes one fused step (`fused_update::step`: one
+    /// launch on CUDA); the others run `tensor_ops`, the reference formulas.
+    pub(crate) fn update<H: Copy>(
         &mut self,
         optimizer: &'static str,
         grads: &GradStore,
-        mut update: impl FnMut(&Tensor, &Tensor, &mut Option<S>) -> Result<()>,
+        rule: fn(H) -> UpdateRule,
+        mut prepare: impl FnMut(&Tensor, &mut Option<S>) -> Result<H>,
+        mut tensor_ops: impl FnMut(&Tensor, &Tensor, &mut S, &H) -> Result<()>,
     ) -> Result<()> {
         rnn_core::no_grad(|| {
-            for (param, state) in self.params.iter().zip(self.states.iter_mut()) {
-                let Some(grad) = grads.get(param) else { continue };
-                check_grad(optimizer, param, grad)?;
-                update(param, grad, state)?;
+            let mut with_grad = Vec::new();
+            for (i, param) in self.params.iter().enumerate() {
+                if let Some(grad) = grads.get(param) {
+                    check_grad(optimizer, param, grad)?;
+                    with_grad.push((i, grad.clone()));
+                }
+            }
+            let mut pending = Vec::with_capacity(with_grad.len());
+            for (i, grad) in with_grad {
+                let h = prepare(&self.params[i], &mut self.states[i])?;
+                pending.push((i, grad, h));
+            }
+            let done = match self.fused {
+                true => self.fused_groups(&pending, rule)?,
+                false => vec![false; pending.len()],
+            };
+            for ((i, grad, h), done) in pending.iter().zip(done) {
+                if done {
+                    continue;
+                }
+                let missing = || Error::Msg(format!("internal: {optimizer}: no state after its preparation"));
+                let state = self.states[*i].as_mut().ok_or_else(missing)?;
+                tensor_ops(&self.params[*i], grad, state, h)?;
             }
             Ok(())
         })
+    }
+
+    /// Runs the fused step of each (device, dtype, rule) group of `pending`; returns which
+    /// updates it did.
+    fn fused_groups<H: Copy>(&self, pending: &[(usize, Tensor, H)], rule: fn(H) -> UpdateRule) -> Result<Vec<bool>> {
+        let update = |k: usize| {
+            let (i, grad, _) = &pending[k];
+            ParamUpdate {
+                param: &self.params[*i],
+                grad,
+                states: self.states[*i].as_ref().map_or([None; 3], StateSlots::slots),
+            }
+        };
+        let mut groups: Vec<((Device, DType, UpdateRule), Vec<usize>)> = Vec::new();
+        for (k, item) in pending.iter().enumerate() {
+            let (r, u) = (rule(item.2), update(k));
+            if !fused_update::can_fuse(&r, &u) {
+                continue;
+            }
+            let key = (u.param.device(), u.param.dtype(), r);
+            match groups.iter_mut().find(|(other, _)| *other == key) {
+                Some((_, members)) => members.push(k),
+                None => groups.push((key, vec![k])),
+            }
+        }
+        let mut done = vec![false; pending.len()];
+        for ((_, _, r), members) in &groups {
+            let updates: Vec<ParamUpdate> = members.iter().map(|&k| update(k)).collect();
+            if fused_update::step(r, &updates)? {
+                members.iter().for_each(|&k| done[k] = true);
+            }
+        }
+        Ok(done)
     }
 }
 

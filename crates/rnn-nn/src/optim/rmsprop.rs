@@ -1,9 +1,9 @@
 //! RMSprop (`torch.optim.RMSprop`), optionally centered and with momentum.
 
-use rnn_core::fused_update::{rmsprop_step, RmsPropHyper};
+use rnn_core::fused_update::{RmsPropHyper, UpdateRule};
 use rnn_core::{GradStore, Result, Tensor};
 
-use super::{check, l2_decayed, Optimizer, ParamSet};
+use super::{check, l2_decayed, Optimizer, ParamSet, StateSlots};
 
 /// RMSprop settings; `Default` is PyTorch's (`lr` 0.01, `alpha` 0.99, `eps` 1e-8).
 #[derive(Clone, Debug, PartialEq)]
@@ -47,6 +47,12 @@ struct RmsPropState {
     momentum_buffer: Option<Tensor>,
 }
 
+impl StateSlots for RmsPropState {
+    fn slots(&self) -> [Option<&Tensor>; 3] {
+        [Some(&self.square_avg), self.grad_avg.as_ref(), self.momentum_buffer.as_ref()]
+    }
+}
+
 /// RMSprop: `s = alpha s + (1 - alpha) g²`, `avg = sqrt(s - ḡ²) + eps` (centered, with
 /// `ḡ` the running mean gradient) or `sqrt(s) + eps`; then `p -= lr * g / avg`, or with
 /// momentum `buf = momentum * buf + g / avg`, `p -= lr * buf`.
@@ -70,7 +76,7 @@ impl RmsProp {
         self.params.params()
     }
 
-    /// Turns the fused CPU update on (the default) or off (tensor ops everywhere).
+    /// Turns the fused update on (the default) or off (tensor ops everywhere).
     pub fn set_fused(&mut self, fused: bool) {
         self.params.fused = fused;
     }
@@ -87,22 +93,17 @@ impl Optimizer for RmsProp {
             momentum: c.momentum,
             centered: c.centered,
         };
-        let fused = self.params.fused;
-        self.params.for_each_with_grad("RMSprop", grads, |p, g, state| {
-            let s = match state {
-                Some(s) => s,
-                None => state.insert(RmsPropState {
+        let prepare = |p: &Tensor, state: &mut Option<RmsPropState>| {
+            if state.is_none() {
+                *state = Some(RmsPropState {
                     square_avg: p.zeros_like()?,
                     grad_avg: if hp.centered { Some(p.zeros_like()?) } else { None },
                     momentum_buffer: if hp.momentum > 0.0 { Some(p.zeros_like()?) } else { None },
-                }),
-            };
-            let (ga, buf) = (s.grad_avg.as_mut(), s.momentum_buffer.as_mut());
-            if fused && rmsprop_step(p, g, &mut s.square_avg, ga, buf, &hp)? {
-                return Ok(());
+                });
             }
-            update_with_tensor_ops(p, g, s, &hp)
-        })
+            Ok(hp)
+        };
+        self.params.update("RMSprop", grads, UpdateRule::RmsProp, prepare, update_with_tensor_ops)
     }
 
     fn learning_rate(&self) -> f64 {

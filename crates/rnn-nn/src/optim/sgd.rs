@@ -1,10 +1,10 @@
 //! Stochastic gradient descent with momentum, dampening, Nesterov momentum and L2 weight
 //! decay (`torch.optim.SGD`).
 
-use rnn_core::fused_update::{sgd_step, SgdHyper};
+use rnn_core::fused_update::{SgdHyper, UpdateRule};
 use rnn_core::{Error, GradStore, Result, Tensor};
 
-use super::{check, l2_decayed, Optimizer, ParamSet};
+use super::{check, l2_decayed, Optimizer, ParamSet, StateSlots};
 
 /// SGD settings; `Default` is PyTorch's (`lr` 1e-3, everything else off).
 #[derive(Clone, Debug, PartialEq)]
@@ -48,7 +48,7 @@ impl SgdConfig {
 /// step sets `buf = d`), then `d = buf` or, with Nesterov, `d = d + momentum * buf`;
 /// finally `p -= lr * d`.
 pub struct Sgd {
-    params: ParamSet<Tensor>,
+    params: ParamSet<SgdState>,
     config: SgdConfig,
 }
 
@@ -67,20 +67,42 @@ impl Sgd {
         self.params.params()
     }
 
-    /// Turns the fused CPU update on (the default) or off (tensor ops everywhere).
+    /// Turns the fused update on (the default) or off (tensor ops everywhere).
     pub fn set_fused(&mut self, fused: bool) {
         self.params.fused = fused;
+    }
+}
+
+/// Per-parameter state: the momentum buffer, once momentum has run.
+struct SgdState {
+    momentum_buffer: Option<Tensor>,
+}
+
+impl StateSlots for SgdState {
+    fn slots(&self) -> [Option<&Tensor>; 3] {
+        [self.momentum_buffer.as_ref(), None, None]
     }
 }
 
 impl Optimizer for Sgd {
     fn step(&mut self, grads: &GradStore) -> Result<()> {
         let c = self.config.clone();
-        let fused = self.params.fused;
-        self.params.for_each_with_grad("SGD", grads, |p, g, buf| match c.momentum == 0.0 {
-            true => update_plain(p, g, &c, fused),
-            false => update_momentum(p, g, buf, &c, fused),
-        })
+        let prepare = |p: &Tensor, state: &mut Option<SgdState>| {
+            let s = state.get_or_insert(SgdState { momentum_buffer: None });
+            let first_step = c.momentum != 0.0 && s.momentum_buffer.is_none();
+            if first_step {
+                s.momentum_buffer = Some(p.zeros_like()?);
+            }
+            Ok(SgdHyper {
+                lr: c.lr,
+                momentum: c.momentum,
+                dampening: c.dampening,
+                nesterov: c.nesterov,
+                weight_decay: c.weight_decay,
+                first_step,
+            })
+        };
+        self.params.update("SGD", grads, UpdateRule::Sgd, prepare, update_with_tensor_ops)
     }
 
     fn learning_rate(&self) -> f64 {
@@ -92,42 +114,21 @@ impl Optimizer for Sgd {
     }
 }
 
-fn hyper(c: &SgdConfig, first_step: bool) -> SgdHyper {
-    SgdHyper {
-        lr: c.lr,
-        momentum: c.momentum,
-        dampening: c.dampening,
-        nesterov: c.nesterov,
-        weight_decay: c.weight_decay,
-        first_step,
-    }
-}
-
-fn update_plain(p: &Tensor, g: &Tensor, c: &SgdConfig, fused: bool) -> Result<()> {
-    if fused && sgd_step(p, g, None, &hyper(c, false))? {
-        return Ok(());
-    }
-    let d = l2_decayed(p, g, c.weight_decay)?;
-    p.assign(&p.sub(&d.mul_scalar(c.lr)?)?)
-}
-
-fn update_momentum(p: &Tensor, g: &Tensor, buf: &mut Option<Tensor>, c: &SgdConfig, fused: bool) -> Result<()> {
-    let first_step = buf.is_none();
-    let buffer = match buf {
-        Some(b) => b,
-        None => buf.insert(p.zeros_like()?),
+/// The update as tensor ops, in the order of PyTorch's single-tensor SGD.
+fn update_with_tensor_ops(p: &Tensor, g: &Tensor, s: &mut SgdState, hp: &SgdHyper) -> Result<()> {
+    let d = l2_decayed(p, g, hp.weight_decay)?;
+    let d = match &mut s.momentum_buffer {
+        None => d,
+        Some(buffer) => {
+            *buffer = match hp.first_step {
+                true => d.clone(),
+                false => buffer.mul_scalar(hp.momentum)?.add(&d.mul_scalar(1.0 - hp.dampening)?)?,
+            };
+            match hp.nesterov {
+                true => d.add(&buffer.mul_scalar(hp.momentum)?)?,
+                false => buffer.clone(),
+            }
+        }
     };
-    if fused && sgd_step(p, g, Some(buffer), &hyper(c, first_step))? {
-        return Ok(());
-    }
-    let d = l2_decayed(p, g, c.weight_decay)?;
-    *buffer = match first_step {
-        true => d.clone(),
-        false => buffer.mul_scalar(c.momentum)?.add(&d.mul_scalar(1.0 - c.dampening)?)?,
-    };
-    let d = match c.nesterov {
-        true => d.add(&buffer.mul_scalar(c.momentum)?)?,
-        false => buffer.clone(),
-    };
-    p.assign(&p.sub(&d.mul_scalar(c.lr)?)?)
+    p.assign(&p.sub(&d.mul_scalar(hp.lr)?)?)
 }

@@ -7,6 +7,7 @@
 //! `cargo test -p rnn-core --features cuda-emu --lib emu::` (prints the variant count).
 
 mod families;
+mod optim;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -182,6 +183,7 @@ fn every_cuda_kernel_variant_runs_on_the_emulator_and_matches_the_cpu() {
     families::index_ops();
     families::windows();
     families::products();
+    optim::optimizers();
     let executed = super::executed_variants();
     let missing: Vec<&String> = listed.iter().map(|(name, _)| name).filter(|n| !executed.contains(*n)).collect();
     let distinct: std::collections::BTreeSet<&str> = listed.iter().map(|(_, s)| s.key()).collect();

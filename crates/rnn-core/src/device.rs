@@ -73,7 +73,9 @@ impl Device {
     }
 
     /// Blocks until every kernel queued on this device has finished (a no-op on the CPU,
-    /// whose ops finish before they return). Benchmarks call it to time GPU work.
+    /// whose ops finish before they return). Benchmarks call it to time GPU work. On a GPU it
+    /// is a sync point: a bad id of an earlier index op on this thread is returned here as
+    /// `Error::IndexOutOfRange` (see the README's "GPU execution").
     pub fn synchronize(&self) -> Result<()> {
         match self {
             Device::Cpu => Ok(()),

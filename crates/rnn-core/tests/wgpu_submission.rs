@@ -141,7 +141,11 @@ fn tiny_op_overhead() -> Result<()> {
         let start = std::time::Instant::now();
         let outs: Vec<Tensor> = (0..n).map(|_| x.add(&y)).collect::<Result<_>>()?;
         let record = per_op(start.elapsed(), n);
+        let start = std::time::Instant::now();
+        rnn_core::wgpu::flush(ordinal)?;
+        let submit = per_op(start.elapsed(), n);
         device.synchronize()?;
+        let run = per_op(start.elapsed(), n);
         drop(outs);
         // 1000 ops (half the results dropped at once), submitted without waiting, then waited for.
         let n = 1000;
@@ -158,7 +162,8 @@ fn tiny_op_overhead() -> Result<()> {
         device.synchronize()?;
         let total = per_op(start.elapsed(), n);
         println!(
-            "round {round}: record {record:.2} us/op; 1000 ops: enqueue + flush {enqueue:.2} us/op, end-to-end {total:.2} us/op"
+            "round {round}: one batch: record {record:.2}, submit {submit:.2}, submit + run {run:.2} us/op; \
+             1000 ops: enqueue + flush {enqueue:.2}, end-to-end {total:.2} us/op"
         );
     }
     Ok(())

@@ -37,10 +37,13 @@ struct Pending<S> {
     ids: S,
 }
 
+/// One device's pending checks and the bytes of buffers they keep alive.
+type Queue<S> = (Vec<Pending<S>>, usize);
+
 /// The pending checks of one runtime on one thread, by device ordinal (each runtime keeps
 /// one in a `thread_local!`, `GpuStorage::deferred`).
 pub(crate) struct Deferred<S> {
-    queues: RefCell<BTreeMap<usize, (Vec<Pending<S>>, usize)>>,
+    queues: RefCell<BTreeMap<usize, Queue<S>>>,
 }
 
 impl<S> Default for Deferred<S> {

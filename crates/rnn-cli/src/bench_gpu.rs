@@ -1,14 +1,18 @@
 //! `rnn bench gpu`: a GPU device against its references, measured side by side in one run:
+//! the engine's costs (tiny-op enqueue and end-to-end time, an MLP training step, an AdamW
+//! step over 10M parameters; see `bench_engine`) against the CPU backend and a device copy,
 //! matmul GFLOP/s against the CPU backend on the same machine, and elementwise, softmax and
 //! sum GB/s against a plain device-to-device buffer copy of the same bytes, and a Linear
 //! layer's fused forward (`Tensor::linear`) against the same matmul, add and ReLU run apart.
-//! Every timed call waits for the device, so submission overhead is included on both sides.
+//! Every timed call waits for the device (except the enqueue times, which are read before
+//! the wait), so submission overhead is included on both sides.
 
 use std::io::Write;
 
 use rnn::{DType, Device, NoGradGuard, Tensor};
 
 use crate::bench_cpu::Record;
+use crate::bench_engine::{self, ADAM_BYTES_PER_PARAM};
 use crate::timing::{time_call, TimingConfig};
 use crate::CliResult;
 
@@ -18,6 +22,8 @@ pub struct GpuSizes {
     pub matmul: &'static [usize],
     pub elems: usize,
     pub softmax: (usize, usize),
+    /// Parameters of the AdamW step.
+    pub adam_params: usize,
     pub timing: TimingConfig,
 }
 
@@ -27,13 +33,20 @@ impl GpuSizes {
         matmul: &[1024, 2048, 4096, 8192],
         elems: 16 << 20,
         softmax: (16384, 1024),
+        adam_params: 10_000_000,
         timing: TimingConfig::FULL,
     };
     /// Full memory-bound sizes with matmul up to 2048, for slow (software) adapters.
     pub const SMALL_MATMUL: GpuSizes = GpuSizes { matmul: &[256, 512, 1024, 2048], ..GpuSizes::FULL };
     /// Small enough for a software adapter (lavapipe) in a minute.
-    pub const QUICK: GpuSizes =
-        GpuSizes { matmul: &[128, 256, 512], elems: 1 << 20, softmax: (1024, 1024), timing: TimingConfig::QUICK };
+    /// (The AdamW step keeps its 10M parameters: it is the engine figure compared across builds.)
+    pub const QUICK: GpuSizes = GpuSizes {
+        matmul: &[128, 256, 512],
+        elems: 1 << 20,
+        softmax: (1024, 1024),
+        adam_params: 10_000_000,
+        timing: TimingConfig::QUICK,
+    };
 }
 
 struct Bench<'a> {
@@ -91,8 +104,11 @@ pub fn run(sizes: GpuSizes, device: Device, out: &mut dyn Write) -> CliResult<Ve
         "{:<24} {:>10} {:<8} {:<16} {:>10}  {:>7}",
         "name", "value", "metric", "reference", "value", "ratio"
     )?;
+    // The training step records its graph; everything else runs without one.
+    bench_mlp_step(&mut bench)?;
     let _no_grad = NoGradGuard::new();
-    bench_launch_overhead(&mut bench)?;
+    bench_op_overhead(&mut bench)?;
+    bench_adamw(&mut bench, sizes.adam_params)?;
     bench_matmul(&mut bench, sizes.matmul)?;
     bench_linear(&mut bench, sizes.matmul[sizes.matmul.len() / 2])?;
     bench_memory_bound(&mut bench, sizes)?;
@@ -113,27 +129,67 @@ fn randn(shape: impl Into<rnn::Shape>, device: Device) -> rnn::Result<Tensor> {
     Tensor::randn(0.0, 1.0, shape, DType::F32, Device::Cpu)?.to_device(device)
 }
 
-/// Host time per launched op: 200 tiny ops queued, then one wait, against the same ops on
-/// the CPU backend (lower is better; the ratio is GPU / CPU time).
-fn bench_launch_overhead(bench: &mut Bench) -> CliResult<()> {
-    const OPS: usize = 200;
-    let x = randn(16, bench.device)?;
-    let cpu_x = randn(16, Device::Cpu)?;
-    let gpu = bench.seconds(bench.device, || (0..OPS).try_for_each(|_| x.relu().map(drop)))? / OPS as f64;
-    let cpu = bench.seconds(Device::Cpu, || (0..OPS).try_for_each(|_| cpu_x.relu().map(drop)))? / OPS as f64;
-    writeln!(
-        bench.out,
-        "{:<24} {:>10.2} {:<8} {:<16} {:>10.2}  {:>6.2}x",
-        "op_overhead_us",
-        gpu * 1e6,
-        "us/op",
-        "cpu",
-        cpu * 1e6,
-        gpu / cpu
-    )?;
-    bench.push("op_overhead".into(), "us/op", gpu * 1e6, false);
-    bench.push("cpu:op_overhead".into(), "us/op", cpu * 1e6, false);
-    Ok(())
+impl Bench<'_> {
+    /// Records a time (lower is better) and prints it with its reference and their ratio.
+    fn report_time(&mut self, name: &str, metric: &'static str, value: f64, reference: (&str, f64)) -> CliResult<()> {
+        let ratio = value / reference.1;
+        writeln!(
+            self.out,
+            "{name:<24} {value:>10.2} {metric:<8} {:<16} {:>10.2}  {ratio:>6.2}x",
+            reference.0, reference.1
+        )?;
+        self.out.flush()?;
+        self.push(name.to_string(), metric, value, false);
+        if reference.1.is_finite() {
+            self.push(format!("{}:{name}", reference.0), metric, reference.1, false);
+        }
+        Ok(())
+    }
+}
+
+/// `a + b` on 16 elements, 500 times per sample: the host time to queue one op (read before
+/// waiting) and its end-to-end time (one wait after the 500), against the CPU backend's
+/// (lower is better; the ratio is GPU / CPU time).
+fn bench_op_overhead(bench: &mut Bench) -> CliResult<()> {
+    let gpu = bench_engine::tiny_add(bench.timing, bench.device)?;
+    let cpu = bench_engine::tiny_add(bench.timing, Device::Cpu)?;
+    bench.report_time("op_add16_enqueue", "us/op", gpu.enqueue * 1e6, ("cpu", cpu.enqueue * 1e6))?;
+    bench.report_time("op_add16", "us/op", gpu.total * 1e6, ("cpu", cpu.total * 1e6))
+}
+
+/// One MLP training step (784-512-256-10, batch 128, cross entropy, Adam): end to end
+/// against the CPU backend, the host's enqueue share, and on CUDA the device's own time.
+fn bench_mlp_step(bench: &mut Bench) -> CliResult<()> {
+    let gpu = bench_engine::mlp_step(bench.timing, bench.device)?;
+    let cpu = bench_engine::mlp_step(bench.timing, Device::Cpu)?;
+    let name = format!("mlp_step_b{}", bench_engine::MLP_BATCH);
+    bench.report_time(&name, "ms", gpu.total * 1e3, ("cpu", cpu.total * 1e3))?;
+    bench.report_time(&format!("{name}_enqueue"), "ms", gpu.enqueue * 1e3, ("step total", gpu.total * 1e3))?;
+    match bench_engine::mlp_step_device_seconds(bench.timing, bench.device)? {
+        Some(device) => {
+            bench.report_time(&format!("{name}_device"), "ms", device * 1e3, ("step total", gpu.total * 1e3))
+        }
+        None => {
+            writeln!(
+                bench.out,
+                "{:<24} {:>10} (no device timestamps on this backend)",
+                format!("{name}_device"),
+                "n/a"
+            )?;
+            Ok(())
+        }
+    }
+}
+
+/// One AdamW step over `n` parameters in GB/s of the 28 bytes per parameter it moves,
+/// against a device copy of the same bytes; and its time in ms.
+fn bench_adamw(bench: &mut Bench, n: usize) -> CliResult<()> {
+    let seconds = bench_engine::adamw_step_seconds(bench.timing, bench.device, n)?;
+    let bytes = ADAM_BYTES_PER_PARAM * n;
+    let copy = bench_engine::copy_seconds(bench.timing, bench.device, bytes / 2)?;
+    let label = format!("adamw_{}M", n / 1_000_000);
+    bench.report(&label, "GB/s", bytes as f64 / seconds / 1e9, ("device copy", bytes as f64 / copy / 1e9))?;
+    bench.report_time(&format!("{label}_ms"), "ms", seconds * 1e3, ("device copy", copy * 1e3))
 }
 
 /// The matmul dtypes measured on `device`: f32 everywhere; on CUDA also TF32 (f32 through

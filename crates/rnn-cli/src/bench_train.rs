@@ -1,6 +1,9 @@
 //! `rnn bench train`: epoch time of the `rnn train` models through the `Network` API (the
 //! whole loop: batching, forward, loss, backward, Adam), on random MNIST-shaped data.
 //! `bench/train_bench.py` runs the same models, batches and optimizer in PyTorch.
+//! Then one AdamW step over many parameters on the same device, in GB/s of the 28 bytes per
+//! parameter it moves, against a copy of those bytes (`memcpy` on the CPU, a device-to-device
+//! copy on a GPU); `bench/gpu_bench.py --device cpu|cuda` has the PyTorch twin.
 
 use std::io::Write;
 use std::time::Instant;
@@ -8,6 +11,8 @@ use std::time::Instant;
 use rnn::{DType, Device, Tensor, TrainingConfig};
 
 use crate::bench_cpu::Record;
+use crate::bench_engine::{self, ADAM_BYTES_PER_PARAM};
+use crate::timing::TimingConfig;
 use crate::train::{build_model, shape_inputs, ModelKind};
 use crate::CliResult;
 
@@ -20,11 +25,27 @@ pub struct TrainSizes {
     pub mlp_samples: usize,
     pub cnn_samples: usize,
     pub epochs: usize,
+    /// Parameters of the AdamW step.
+    pub adam_params: usize,
+    pub timing: TimingConfig,
 }
 
 impl TrainSizes {
-    pub const FULL: TrainSizes = TrainSizes { mlp_samples: 60_000, cnn_samples: 10_000, epochs: 3 };
-    pub const QUICK: TrainSizes = TrainSizes { mlp_samples: 2_048, cnn_samples: 512, epochs: 2 };
+    pub const FULL: TrainSizes = TrainSizes {
+        mlp_samples: 60_000,
+        cnn_samples: 10_000,
+        epochs: 3,
+        adam_params: 10_000_000,
+        timing: TimingConfig::FULL,
+    };
+    pub const QUICK: TrainSizes = TrainSizes {
+        mlp_samples: 2_048,
+        cnn_samples: 512,
+        epochs: 2,
+        // The engine figure compared across builds keeps its size.
+        adam_params: 10_000_000,
+        timing: TimingConfig::QUICK,
+    };
 }
 
 pub fn run(sizes: TrainSizes, device: Device, out: &mut dyn Write) -> CliResult<Vec<Record>> {
@@ -43,7 +64,37 @@ pub fn run(sizes: TrainSizes, device: Device, out: &mut dyn Write) -> CliResult<
             Record { suite: "train", name, metric: "ms", value: seconds * 1e3, higher_is_better: false, threads };
         records.push(record);
     }
+    records.extend(adamw_records(sizes, device, out)?);
     Ok(records)
+}
+
+/// The AdamW step's GB/s and its copy reference's, printed as one line.
+fn adamw_records(sizes: TrainSizes, device: Device, out: &mut dyn Write) -> CliResult<Vec<Record>> {
+    let n = sizes.adam_params;
+    let bytes = (ADAM_BYTES_PER_PARAM * n) as f64;
+    let step = bench_engine::adamw_step_seconds(sizes.timing, device, n)?;
+    let copy = bench_engine::copy_seconds(sizes.timing, device, ADAM_BYTES_PER_PARAM * n / 2)?;
+    let (name, reference) =
+        (format!("adamw_{}M", n / 1_000_000), if device.is_cpu() { "memcpy" } else { "device copy" });
+    writeln!(
+        out,
+        "{name:<28} {:>8.1} ms {:>7.2} GB/s; {reference} of the same {} MB: {:.1} ms, {:.2} GB/s",
+        step * 1e3,
+        bytes / step / 1e9,
+        ADAM_BYTES_PER_PARAM * n / 1_000_000,
+        copy * 1e3,
+        bytes / copy / 1e9
+    )?;
+    let threads = rayon::current_num_threads();
+    let record = |name: String, value: f64| Record {
+        suite: "train",
+        name,
+        metric: "GB/s",
+        value,
+        higher_is_better: true,
+        threads,
+    };
+    Ok(vec![record(name.clone(), bytes / step / 1e9), record(format!("{reference}:{name}"), bytes / copy / 1e9)])
 }
 
 /// Trains `kind` on `n` random samples for `epochs` epochs and returns the fastest epoch.

@@ -1,6 +1,7 @@
 //! The `rnn` command: `devices`, `bench cpu`, `train`.
 
 mod bench_cpu;
+mod bench_engine;
 mod bench_gpu;
 mod bench_train;
 mod devices;
@@ -41,10 +42,10 @@ enum BenchSuite {
     /// The CPU workloads of bench/cpu_bench.py (f32 matmul, elementwise, reductions, MLP step).
     Cpu(CpuBenchArgs),
     /// Epoch time of the `rnn train` MLP and CNN through the Network API (bench/train_bench.py
-    /// is the PyTorch twin).
+    /// is the PyTorch twin), and an AdamW step over 10M parameters against a copy of its bytes.
     Train(TrainBenchArgs),
-    /// A GPU against its references in one run: matmul vs the CPU backend, memory-bound ops
-    /// vs a device-to-device copy.
+    /// A GPU against its references in one run: op overhead, MLP training step and matmul vs
+    /// the CPU backend; AdamW and memory-bound ops vs a device-to-device copy.
     Gpu(GpuBenchArgs),
 }
 

@@ -27,4 +27,7 @@ pub use rnn_train::{
     NetworkBuilder, TrainingConfig,
 };
 
-pub use gpu::{GpuContext, GpuDevice, GpuDeviceType, GpuManager, GpuProfiler, GpuTensor, KernelManager, MemoryStats};
+pub use gpu::{
+    DeviceManager, GpuContext, GpuDevice, GpuDeviceType, GpuManager, GpuOptimizer, GpuProfiler, GpuTensor,
+    KernelManager, MemoryStats,
+};

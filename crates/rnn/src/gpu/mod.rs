@@ -1,6 +1,8 @@
 //! The GPU API: discovering the GPUs this build can use, opening a context on one, moving
 //! arrays to and from it ([`GpuTensor`]), timing regions ([`GpuProfiler`]) and running your
-//! own CUDA C or WGSL kernels on tensors ([`KernelManager`]). A machine without a GPU (or a
+//! own CUDA C or WGSL kernels on tensors ([`KernelManager`]), and updating parameter
+//! tensors with an optimizer ([`DeviceManager`] picks the device, [`GpuOptimizer`] runs
+//! `rnn::nn::optim` on it; [`error`] maps optirs-gpu's error names). A machine without a GPU (or a
 //! build without the `cuda` / `wgpu` features) lists none and everything runs on the CPU.
 //!
 //! ```
@@ -37,11 +39,17 @@
 //! `WGPU_BACKEND` and the others are described in one table, the README's
 //! [environment variables](https://github.com/rnn-rs/rnn#environment-variables).
 
+mod device_manager;
+pub mod error;
 mod kernel;
+mod optimizer;
 mod profiler;
 mod tensor;
 
+pub use device_manager::DeviceManager;
+pub use error::{GpuError, GpuResult};
 pub use kernel::{CompiledKernel, KernelArg, KernelBackend, KernelManager, LaunchConfig};
+pub use optimizer::{GpuOptimizer, GpuOptimizerBuilder, IntoOptimizerConfig};
 pub use profiler::{GpuProfiler, ProfileEvent, ProfileSummary};
 pub use tensor::{GpuTensor, HostElement};
 

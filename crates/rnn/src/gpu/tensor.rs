@@ -59,6 +59,12 @@ impl GpuTensor {
         Ok(GpuTensor { tensor })
     }
 
+    /// Wraps a tensor on any device, the CPU included (for APIs that fall back to the CPU
+    /// when there is no GPU, such as `GpuOptimizer`).
+    pub(crate) fn on_device(tensor: Tensor) -> GpuTensor {
+        GpuTensor { tensor }
+    }
+
     /// The elements as an f32 array of the tensor's shape (converted if the tensor holds
     /// another dtype). Waits for the kernels that produce it.
     pub fn to_cpu(&self) -> Result<ArrayD<f32>> {

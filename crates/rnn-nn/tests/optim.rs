@@ -5,7 +5,7 @@
 
 use rnn_core::{DType, Device, Error, GradStore, Result, Tensor};
 use rnn_nn::optim::{
-    clip_grad_norm, clip_grad_value, Adagrad, AdagradConfig, Adam, AdamConfig, AdamW, LrSchedule, Optimizer,
+    clip_grad_norm, clip_grad_norm_on_device, clip_grad_value, Adagrad, AdagradConfig, Adam, AdamConfig, AdamW, LrSchedule, Optimizer,
     OptimizerConfig, PlateauConfig, PlateauMode, RmsProp, RmsPropConfig, Sgd, SgdConfig,
 };
 use rnn_nn::{mse, Linear, Module};
@@ -513,6 +513,34 @@ test_device!(
     clip_grad_norm_ignores_missing_and_duplicate_parameters_test,
     clip_grad_norm_ignores_missing_and_duplicate_parameters
 );
+
+/// An inf or NaN gradient leaves every gradient unchanged (the norm says so); on the device
+/// variant the norm stays a rank-0 tensor and a finite large norm scales every gradient.
+fn clip_grad_norm_non_finite_and_on_device(device: Device) -> Result<()> {
+    let dtype = widest_float(device);
+    let a = Tensor::zeros(2, dtype, device)?.requires_grad();
+    let b = Tensor::zeros(1, dtype, device)?.requires_grad();
+    for bad in [f64::INFINITY, f64::NAN] {
+        let mut grads = GradStore::new();
+        grads.insert(&a, rnn_testutil::try_tensor(&[3.0, 4.0], &[2], dtype, device)?);
+        grads.insert(&b, rnn_testutil::try_tensor(&[bad], &[1], dtype, device)?);
+        let norm = clip_grad_norm(&mut grads, &[a.clone(), b.clone()], 1.0)?;
+        assert!(!norm.is_finite(), "{bad}: norm {norm}");
+        assert_eq!(values(grads.get(&a).unwrap()), vec![3.0, 4.0], "{bad} on {device}");
+    }
+    let mut grads = GradStore::new();
+    grads.insert(&a, rnn_testutil::try_tensor(&[30.0, 40.0], &[2], dtype, device)?);
+    grads.insert(&b, rnn_testutil::try_tensor(&[0.0], &[1], dtype, device)?);
+    let norm = clip_grad_norm_on_device(&mut grads, &[a.clone(), b.clone()], 5.0)?.expect("gradients present");
+    assert_eq!((norm.dims().len(), norm.device()), (0, device));
+    let tol = tol_on(device, tolerance(dtype).op);
+    assert!(max_rel_err(&[norm.to_f64_scalar()?], &[50.0]) <= tol);
+    let clipped = values(grads.get(&a).unwrap());
+    assert!(max_rel_err(&clipped, &[3.0, 4.0]) <= tol * 10.0, "{clipped:?}");
+    assert!(clip_grad_norm_on_device(&mut GradStore::new(), &[a], 1.0)?.is_none());
+    Ok(())
+}
+test_device!(clip_grad_norm_non_finite_and_on_device_test, clip_grad_norm_non_finite_and_on_device);
 
 /// Not a test: the time of 100 optimizer steps over the parameters of a 784-512-256-10 MLP
 /// (f32), fused and with tensor ops. Run with

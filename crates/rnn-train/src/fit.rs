@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use rnn_core::{no_grad, Result, Tensor};
-use rnn_nn::optim::{clip_grad_norm, LrScheduler, Optimizer};
+use rnn_nn::optim::{clip_grad_norm_on_device, LrScheduler, Optimizer};
 
 use crate::config::{Monitor, TrainingConfig};
 use crate::data::Batches;
@@ -221,7 +221,7 @@ impl<'a> Trainer<'a> {
         let mut grads = batch_loss.backward()?;
         if let Some(max_norm) = self.config.clip_grad_norm {
             let params: Vec<Tensor> = self.net.named_parameters().into_iter().map(|(_, t)| t).collect();
-            clip_grad_norm(&mut grads, &params, max_norm)?;
+            clip_grad_norm_on_device(&mut grads, &params, max_norm)?;
         }
         self.optimizer.step(&grads)?;
         totals.add(&batch_loss, hits, xb.dims()[0])

@@ -7,7 +7,7 @@
 //!     RNN_GPU_DEVICE=wgpu:0 cargo run -p rnn --example gpu_optimizer   # a software adapter
 
 use rnn::gpu::error::{GpuError, GpuResult};
-use rnn::gpu::{DeviceManager, GpuOptimizer, GpuTensor};
+use rnn::gpu::{optimizers, DeviceManager, GpuOptimizer, GpuTensor};
 use rnn::nn::optim::{Adam, AdamConfig, Optimizer};
 use rnn::{Device, GradStore, Tensor};
 
@@ -21,8 +21,8 @@ fn main() -> GpuResult<()> {
     let others: Vec<String> = device_manager.available_devices().iter().map(|d| d.to_string()).collect();
     println!("Using {device}: {} (available: {})", device_manager.device_name(device), others.join(", "));
 
-    // A GPU-accelerated optimizer (the seed's `Adam::new(0.001)` is `AdamConfig::with_lr(..)`).
-    let mut optimizer = GpuOptimizer::new(device).with_optimizer(AdamConfig::with_lr(0.001)).build()?;
+    // A GPU-accelerated optimizer (`optimizers::Adam::new(lr)` is `rnn::nn::optim`'s Adam config).
+    let mut optimizer = GpuOptimizer::new(device).with_optimizer(optimizers::Adam::new(0.001)).build()?;
 
     // Parameters (zeros) and a gradient made from host data, both on the device.
     let mut params = optimizer.create_tensor(&SHAPE)?;

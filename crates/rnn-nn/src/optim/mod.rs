@@ -44,7 +44,7 @@ mod sgd;
 
 pub use adagrad::{Adagrad, AdagradConfig};
 pub use adam::{Adam, AdamConfig, AdamW};
-pub use clip::{clip_grad_norm, clip_grad_value};
+pub use clip::{clip_grad_norm, clip_grad_norm_on_device, clip_grad_value};
 pub use config::OptimizerConfig;
 pub use rmsprop::{RmsProp, RmsPropConfig};
 pub use scheduler::{

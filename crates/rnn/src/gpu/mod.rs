@@ -43,6 +43,7 @@ mod device_manager;
 pub mod error;
 mod kernel;
 mod optimizer;
+pub mod optimizers;
 mod profiler;
 mod tensor;
 

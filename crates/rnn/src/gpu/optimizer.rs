@@ -15,7 +15,8 @@ use rnn_nn::optim::{AdagradConfig, AdamConfig, Optimizer, OptimizerConfig, RmsPr
 use super::tensor::{GpuTensor, HostElement};
 
 /// Values that name an optimizer and its settings: an [`OptimizerConfig`], or one of the
-/// optimizers' own configs (`AdamConfig` means Adam; for AdamW use
+/// optimizers' own configs, as [`super::optimizers`]' `Adam::new(lr)` returns (`AdamConfig`
+/// means Adam; for AdamW use `optimizers::AdamW::new(lr)`,
 /// `OptimizerConfig::AdamW(..)` or `OptimizerConfig::adamw(lr)`).
 pub trait IntoOptimizerConfig {
     fn into_optimizer_config(self) -> OptimizerConfig;
@@ -78,11 +79,11 @@ impl GpuOptimizerBuilder {
 /// are those of the same optimizer in `rnn::nn::optim` (and so PyTorch's) on the same data.
 ///
 /// ```
+/// use rnn::gpu::optimizers::Adam;
 /// use rnn::gpu::{DeviceManager, GpuOptimizer};
-/// use rnn::nn::optim::AdamConfig;
 /// # fn main() -> rnn::Result<()> {
 /// let device = DeviceManager::new()?.select_best_device()?;
-/// let mut optimizer = GpuOptimizer::new(device).with_optimizer(AdamConfig::with_lr(1e-3)).build()?;
+/// let mut optimizer = GpuOptimizer::new(device).with_optimizer(Adam::new(1e-3)).build()?;
 /// let mut params = optimizer.create_tensor(&[64, 32])?;
 /// let grads = optimizer.create_tensor_with_data(&[64, 32], &vec![0.5f32; 64 * 32])?;
 /// optimizer.step(&mut params, &grads)?; // queued; reading waits for it

@@ -73,7 +73,7 @@ fn cpu_tensor(s: &CpuStorage) -> Tensor {
 
 /// `data` at `OFFSET` in a fresh emulator buffer.
 fn up_at_offset(data: &CpuStorage) -> EmuStorage {
-    let padding = CpuStorage::full(0.5, OFFSET, data.dtype());
+    let padding = CpuStorage::full(0.5, OFFSET, data.dtype()).expect("full");
     let parts = [(&padding, &Layout::contiguous(OFFSET)), (data, &Layout::contiguous(data.len()))];
     up(&crate::storage::BackendStorage::cat(&parts, 0).expect("cat"))
 }
@@ -83,7 +83,7 @@ fn up_at_offset(data: &CpuStorage) -> EmuStorage {
 fn check(name: &str, rule_at: &dyn Fn(u64) -> UpdateRule, dtype: DType, rng: &mut rand::rngs::StdRng) {
     let used = rule_at(1).states();
     let params: Vec<CpuStorage> = SIZES.iter().map(|&n| uniform(rng, dtype, n, -2.0..2.0)).collect();
-    let initial_state = |n| CpuStorage::full(0.0, n, dtype);
+    let initial_state = |n| CpuStorage::full(0.0, n, dtype).expect("full");
     let cpu_params: Vec<Tensor> = params.iter().map(cpu_tensor).collect();
     let cpu_states: Vec<[Option<Tensor>; 3]> =
         SIZES.iter().map(|&n| used.map(|u| u.then(|| cpu_tensor(&initial_state(n))))).collect();

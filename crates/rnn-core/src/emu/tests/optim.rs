@@ -21,8 +21,11 @@ const SIZES: [usize; 6] = [0, 1, 37, CHUNK, CHUNK + 1, 2 * CHUNK + 905];
 /// The CUDA kernel's parameter buffers start at this offset (the address table's offsets).
 const OFFSET: usize = 3;
 
-/// Every option combination, as the rule of update number `step` (from 1).
-fn configs() -> Vec<(&'static str, Box<dyn Fn(u64) -> UpdateRule>)> {
+/// The rule of update number `step` (from 1) of one configuration.
+type RuleAt = Box<dyn Fn(u64) -> UpdateRule>;
+
+/// Every option combination, named.
+fn configs() -> Vec<(&'static str, RuleAt)> {
     let sgd = |momentum: f64, dampening: f64, nesterov: bool, weight_decay: f64| {
         move |step: u64| {
             let first_step = step == 1;

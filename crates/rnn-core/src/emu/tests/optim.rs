@@ -21,8 +21,11 @@ const SIZES: [usize; 6] = [0, 1, 37, CHUNK, CHUNK + 1, 2 * CHUNK + 905];
 /// The CUDA kernel's parameter buffers start at this offset (the address table's offsets).
 const OFFSET: usize = 3;
 
-/// Every option combination, as the rule of update number `step` (from 1).
-fn configs() -> Vec<(&'static str, Box<dyn Fn(u64) -> UpdateRule>)> {
+/// The rule of update number `step` (from 1) of one configuration.
+type RuleAt = Box<dyn Fn(u64) -> UpdateRule>;
+
+/// Every option combination, named.
+fn configs() -> Vec<(&'static str, RuleAt)> {
     let sgd = |momentum: f64, dampening: f64, nesterov: bool, weight_decay: f64| {
         move |step: u64| {
             let first_step = step == 1;
@@ -73,7 +76,7 @@ fn cpu_tensor(s: &CpuStorage) -> Tensor {
 
 /// `data` at `OFFSET` in a fresh emulator buffer.
 fn up_at_offset(data: &CpuStorage) -> EmuStorage {
-    let padding = CpuStorage::full(0.5, OFFSET, data.dtype());
+    let padding = CpuStorage::full(0.5, OFFSET, data.dtype()).expect("full");
     let parts = [(&padding, &Layout::contiguous(OFFSET)), (data, &Layout::contiguous(data.len()))];
     up(&crate::storage::BackendStorage::cat(&parts, 0).expect("cat"))
 }
@@ -83,7 +86,7 @@ fn up_at_offset(data: &CpuStorage) -> EmuStorage {
 fn check(name: &str, rule_at: &dyn Fn(u64) -> UpdateRule, dtype: DType, rng: &mut rand::rngs::StdRng) {
     let used = rule_at(1).states();
     let params: Vec<CpuStorage> = SIZES.iter().map(|&n| uniform(rng, dtype, n, -2.0..2.0)).collect();
-    let initial_state = |n| CpuStorage::full(0.0, n, dtype);
+    let initial_state = |n| CpuStorage::full(0.0, n, dtype).expect("full");
     let cpu_params: Vec<Tensor> = params.iter().map(cpu_tensor).collect();
     let cpu_states: Vec<[Option<Tensor>; 3]> =
         SIZES.iter().map(|&n| used.map(|u| u.then(|| cpu_tensor(&initial_state(n))))).collect();

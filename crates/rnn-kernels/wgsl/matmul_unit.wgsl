@@ -1,6 +1,6 @@
 // Batched out[z] = a[z] @ b[z] for adapters that run invocations SIMD-wide on CPU cores
 // (lavapipe, WARP, SwiftShader). There every load or store from a buffer or from workgroup
-// memory is a loop over the SIMD lanes, about as costly as hundreds of FMAs, while
+// memory is a loop over the SIMD lanes, as slow as thousands of vector FMAs, while
 // arithmetic on registers is cheap. So this kernel has no workgroup memory and no barrier:
 // each invocation reads its operands straight from the buffers and keeps a large block of
 // outputs (ROWS rows x 4 * GROUPS columns) in registers, which makes every load feed many

@@ -142,3 +142,33 @@ fn launch_tiles(p: &mut Program, pr: Problem, la: &Layout, lb: &Layout, kernel: 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The variant and workgroup size of the single launch of `a @ b` on `target`.
+    fn launched(target: &Target, la: &Layout, lb: &Layout) -> (String, [u32; 3]) {
+        let (a_len, b_len) = (la.storage_extent(), lb.storage_extent());
+        let p = matmul(target, (DType::F32, la, a_len), (DType::F32, lb, b_len)).unwrap();
+        match p.launches.as_slice() {
+            [Launch::Kernel(k)] => (k.variant.clone(), k.dims.block),
+            _ => panic!("expected one kernel launch"),
+        }
+    }
+
+    #[test]
+    fn cpu_adapters_get_the_unit_kernel_with_the_access_b_allows() {
+        let cpu = Target::wgsl(65535, false).on_cpu(true);
+        let (a, b) = (Layout::contiguous((37, 20)), Layout::contiguous((20, 300)));
+        assert_eq!(launched(&cpu, &a, &b), ("matmul_unit/vec4/f32".into(), [8, 1, 1]));
+        let transposed = Layout::contiguous((300, 20)).transpose(0, 1).unwrap();
+        assert_eq!(launched(&cpu, &a, &transposed).0, "matmul_unit/strided/f32");
+        let odd_n = Layout::contiguous((20, 301));
+        assert_eq!(launched(&cpu, &a, &odd_n).0, "matmul_unit/strided/f32");
+        let odd_start = Layout::contiguous_with_offset((20, 300), 1);
+        assert_eq!(launched(&cpu, &a, &odd_start).0, "matmul_unit/strided/f32");
+        let gpu = Target::wgsl(65535, false);
+        assert_eq!(launched(&gpu, &a, &b), ("matmul/f32".into(), [256, 1, 1]));
+    }
+}

@@ -88,22 +88,12 @@ impl Bench<'_> {
     }
 }
 
+/// The matmul sizes of `--matmul-only`, those of bench/burn_matmul.
+const TWIN_MATMUL_SIZES: [usize; 3] = [256, 512, 1024];
+
 /// Runs the suite on `device`, printing a table as it goes.
 pub fn run(sizes: GpuSizes, device: Device, out: &mut dyn Write) -> CliResult<Vec<Record>> {
-    if device.is_cpu() {
-        return Err(
-            "rnn bench gpu needs a GPU device (see `rnn devices`; software adapters via --device wgpu:N)".into()
-        );
-    }
-    device.check_available()?;
-    rnn::manual_seed(0);
-    let mut bench = Bench { device, timing: sizes.timing, records: Vec::new(), out };
-    writeln!(bench.out, "rnn {} GPU benchmark on {device} ({})", env!("CARGO_PKG_VERSION"), describe(device))?;
-    writeln!(
-        bench.out,
-        "{:<24} {:>10} {:<8} {:<16} {:>10}  {:>7}",
-        "name", "value", "metric", "reference", "value", "ratio"
-    )?;
+    let mut bench = start(device, sizes.timing, out)?;
     // The training step records its graph; everything else runs without one.
     bench_mlp_step(&mut bench)?;
     let _no_grad = NoGradGuard::new();
@@ -113,6 +103,33 @@ pub fn run(sizes: GpuSizes, device: Device, out: &mut dyn Write) -> CliResult<Ve
     bench_linear(&mut bench, sizes.matmul[sizes.matmul.len() / 2])?;
     bench_memory_bound(&mut bench, sizes)?;
     Ok(bench.records)
+}
+
+/// Only the f32 matmul rows, at the sizes of bench/burn_matmul (`--matmul-only`).
+pub fn run_matmul(timing: TimingConfig, device: Device, out: &mut dyn Write) -> CliResult<Vec<Record>> {
+    let mut bench = start(device, timing, out)?;
+    let _no_grad = NoGradGuard::new();
+    bench_matmul(&mut bench, &TWIN_MATMUL_SIZES)?;
+    Ok(bench.records)
+}
+
+/// Checks `device` and prints the table's header.
+fn start(device: Device, timing: TimingConfig, out: &mut dyn Write) -> CliResult<Bench<'_>> {
+    if device.is_cpu() {
+        return Err(
+            "rnn bench gpu needs a GPU device (see `rnn devices`; software adapters via --device wgpu:N)".into()
+        );
+    }
+    device.check_available()?;
+    rnn::manual_seed(0);
+    let bench = Bench { device, timing, records: Vec::new(), out };
+    writeln!(bench.out, "rnn {} GPU benchmark on {device} ({})", env!("CARGO_PKG_VERSION"), describe(device))?;
+    writeln!(
+        bench.out,
+        "{:<24} {:>10} {:<8} {:<16} {:>10}  {:>7}",
+        "name", "value", "metric", "reference", "value", "ratio"
+    )?;
+    Ok(bench)
 }
 
 fn describe(device: Device) -> String {

@@ -88,6 +88,9 @@ struct GpuBenchArgs {
     /// Matmul up to 2048 only (for software adapters; the full run goes to 8192).
     #[arg(long)]
     small_matmul: bool,
+    /// Only the f32 matmul rows, at the sizes of bench/burn_matmul (256, 512, 1024).
+    #[arg(long)]
+    matmul_only: bool,
 }
 
 fn main() -> ExitCode {
@@ -143,6 +146,9 @@ fn bench_gpu(args: &GpuBenchArgs) -> CliResult<()> {
         (false, true) => bench_gpu::GpuSizes::SMALL_MATMUL,
         (false, false) => bench_gpu::GpuSizes::FULL,
     };
+    if args.matmul_only {
+        return run_bench(&args.options, |out| bench_gpu::run_matmul(sizes.timing, device, out));
+    }
     run_bench(&args.options, |out| bench_gpu::run(sizes, device, out))
 }
 

@@ -732,6 +732,38 @@ fn matmul(device: Device) -> Result<()> {
 }
 test_device!(matmul_test, matmul);
 
+/// Shapes and layouts around the kernels' tiles and access modes: sizes that are not
+/// multiples of a workgroup's output tile (32 x 256 on CPU adapters, 64 x 64 on GPUs) and
+/// span several of them, 1 x N and N x 1, k = 1, and b with 4-aligned contiguous rows (vec4
+/// access) next to b transposed, narrowed at an odd offset, or with n or a batch stride not
+/// a multiple of 4 (element access).
+fn matmul_tiles(device: Device) -> Result<()> {
+    let mut r = rng(17);
+    for dtype in floats(device) {
+        // The CPU sums f16 / bf16 products in the half type: off by up to ~k of its ulps
+        // (k <= 64 here). A wrong index is off by O(1).
+        let half = matches!(dtype, DType::F16 | DType::BF16);
+        let t = if half { 32.0 } else { 4.0 } * tol(dtype);
+        let mut m = |dims: &[usize]| randn(&mut r, dims, dtype, device);
+        check_matmul(&m(&[37, 45])?, &m(&[45, 300])?, t, "edges, 4-aligned n")?;
+        check_matmul(&m(&[37, 45])?, &m(&[45, 301])?, t, "edges, odd n")?;
+        check_matmul(&m(&[1, 64])?, &m(&[64, 260])?, t, "1 x N")?;
+        check_matmul(&m(&[70, 64])?, &m(&[64, 1])?, t, "N x 1")?;
+        check_matmul(&m(&[40, 1])?, &m(&[1, 264])?, t, "k = 1")?;
+        check_matmul(&m(&[33, 45])?, &m(&[45, 308])?.narrow(1, 4, 300)?, t, "b narrowed at a 4-aligned offset")?;
+        check_matmul(&m(&[33, 45])?, &m(&[45, 308])?.narrow(1, 1, 300)?, t, "b narrowed at an odd offset")?;
+        check_matmul(&m(&[33, 45])?, &m(&[300, 45])?.t()?, t, "b transposed")?;
+        check_matmul(&m(&[45, 33])?.t()?, &m(&[45, 260])?, t, "a transposed")?;
+        check_matmul(&m(&[2, 1, 33, 20])?, &m(&[3, 20, 40])?, t, "broadcast batch, 4-aligned b")?;
+        check_matmul(&m(&[3, 7, 5])?, &m(&[3, 5, 9])?.narrow(2, 0, 8)?, t, "batched b, unaligned row stride")?;
+        check_matmul(&m(&[3, 7, 5])?, &m(&[3, 5, 8])?, t, "batched, 4-aligned b")?;
+        check_matmul(&m(&[3, 6, 5])?, &m(&[3, 5, 6])?, t, "batched, odd batch stride of b")?;
+        check_matmul(&m(&[5, 33, 16])?, &m(&[5, 16, 264])?, t, "batched, several tiles")?;
+    }
+    Ok(())
+}
+test_device!(matmul_tiles_test, matmul_tiles);
+
 /// `act(x @ wᵀ + b)` on the host in f64.
 fn linear_ref(x: &Tensor, w: &Tensor, b: Option<&Tensor>, act: Epilogue) -> Result<(Vec<usize>, Vec<f64>)> {
     let (od, mut z) = matmul_ref(&values(x), x.dims(), &values(&w.t()?), &[w.dims()[1], w.dims()[0]]);
@@ -761,7 +793,10 @@ fn check_linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, tol: f64, what: &str
 fn linear(device: Device) -> Result<()> {
     let mut r = rng(17);
     for dtype in floats(device) {
-        let t = 4.0 * tol(dtype);
+        // The CPU sums f16 / bf16 products in the half type: off by up to ~k of its ulps
+        // (k <= 64 here). A wrong index is off by O(1).
+        let half = matches!(dtype, DType::F16 | DType::BF16);
+        let t = if half { 32.0 } else { 4.0 } * tol(dtype);
         let mut m = |dims: &[usize]| randn(&mut r, dims, dtype, device);
         let (x, w, b) = (m(&[5, 7])?, m(&[3, 7])?, m(&[3])?);
         check_linear(&x, &w, Some(&b), t, "")?;

@@ -31,8 +31,16 @@ pub mod wgsl {
     pub const GATHER: &str = include_str!("../wgsl/gather.wgsl");
     /// `scatter_add` along one dim (atomic adds).
     pub const SCATTER_ADD: &str = include_str!("../wgsl/scatter_add.wgsl");
-    /// Register-blocked tiled batched matmul.
+    /// Register-blocked tiled batched matmul, staging k-slices in workgroup memory (GPUs).
     pub const MATMUL: &str = include_str!("../wgsl/matmul.wgsl");
+    /// Batched matmul for CPU adapters: a large block of outputs per invocation, no
+    /// workgroup memory; its unrolled statements and access mode are filled in by the plan
+    /// builder.
+    pub const MATMUL_UNIT: &str = include_str!("../wgsl/matmul_unit.wgsl");
+    /// `MATMUL_UNIT`'s access mode for 4-aligned row-contiguous b: vec4 loads and stores.
+    pub const MATMUL_UNIT_VEC4: &str = include_str!("../wgsl/matmul_unit_vec4.wgsl");
+    /// `MATMUL_UNIT`'s access mode for any layout of b: one element at a time.
+    pub const MATMUL_UNIT_STRIDED: &str = include_str!("../wgsl/matmul_unit_strided.wgsl");
     /// Sliding windows (im2col) of `[N, C, H, W]`.
     pub const UNFOLD2D: &str = include_str!("../wgsl/unfold2d.wgsl");
     /// The adjoint of `UNFOLD2D`: window elements summed back into place.

@@ -26,6 +26,7 @@ pub use loss::{
 };
 pub use module::{prefixed, Module, Sequential};
 pub use optim::{
-    clip_grad_norm, clip_grad_norm_on_device, clip_grad_value, Adagrad, AdagradConfig, Adam, AdamConfig, AdamW, LrSchedule, LrScheduler,
-    Optimizer, OptimizerConfig, PlateauConfig, PlateauMode, RmsProp, RmsPropConfig, Sgd, SgdConfig,
+    clip_grad_norm, clip_grad_norm_on_device, clip_grad_value, Adagrad, AdagradConfig, Adam, AdamConfig, AdamW,
+    LrSchedule, LrScheduler, Optimizer, OptimizerConfig, PlateauConfig, PlateauMode, RmsProp, RmsPropConfig, Sgd,
+    SgdConfig,
 };

@@ -5,8 +5,8 @@
 
 use rnn_core::{DType, Device, Error, GradStore, Result, Tensor};
 use rnn_nn::optim::{
-    clip_grad_norm, clip_grad_norm_on_device, clip_grad_value, Adagrad, AdagradConfig, Adam, AdamConfig, AdamW, LrSchedule, Optimizer,
-    OptimizerConfig, PlateauConfig, PlateauMode, RmsProp, RmsPropConfig, Sgd, SgdConfig,
+    clip_grad_norm, clip_grad_norm_on_device, clip_grad_value, Adagrad, AdagradConfig, Adam, AdamConfig, AdamW,
+    LrSchedule, Optimizer, OptimizerConfig, PlateauConfig, PlateauMode, RmsProp, RmsPropConfig, Sgd, SgdConfig,
 };
 use rnn_nn::{mse, Linear, Module};
 use rnn_testutil::{

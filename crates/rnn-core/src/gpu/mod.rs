@@ -13,6 +13,7 @@ pub(crate) mod elementwise;
 pub(crate) mod gemm;
 pub(crate) mod index;
 pub(crate) mod matmul;
+pub(crate) mod matmul_unit;
 pub(crate) mod optim;
 pub(crate) mod plan;
 pub(crate) mod reduce;

@@ -26,6 +26,10 @@ pub(crate) struct Target {
     pub f16: bool,
     /// Whether products run through a cuBLASLt-style `Gemm` launch (CUDA) instead of a kernel.
     pub gemm: bool,
+    /// Whether the adapter runs kernels on CPU cores (wgpu's `DeviceType::Cpu`: lavapipe,
+    /// WARP, SwiftShader), where every memory access is a loop over the SIMD lanes. Plans
+    /// then prefer kernels that load little per arithmetic op (`matmul.rs`).
+    pub cpu: bool,
 }
 
 /// Threads per block (workgroup) of the 1-D kernels (`BLOCK` in common.cuh, `WG` in
@@ -38,13 +42,19 @@ pub(crate) const CUDA_INFO_WORDS: usize = 96;
 impl Target {
     /// A CUDA device.
     pub fn cuda() -> Target {
-        Target { lang: Lang::Cuda, max_grid: 65535 * 32, f16: true, gemm: true }
+        Target { lang: Lang::Cuda, max_grid: 65535 * 32, f16: true, gemm: true, cpu: false }
     }
 
     /// A wgpu device whose grid dimensions are limited to `max_grid` workgroups.
     #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
     pub fn wgsl(max_grid: usize, f16: bool) -> Target {
-        Target { lang: Lang::Wgsl, max_grid: max_grid.max(1), f16, gemm: false }
+        Target { lang: Lang::Wgsl, max_grid: max_grid.max(1), f16, gemm: false, cpu: false }
+    }
+
+    /// This target, on an adapter that runs kernels on CPU cores when `cpu` (see `Target::cpu`).
+    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
+    pub fn on_cpu(self, cpu: bool) -> Target {
+        Target { cpu, ..self }
     }
 
     /// Whether warp shuffles are available (32-lane warps).

@@ -6,6 +6,7 @@
 use super::elementwise::{binary_source, cmp_source, copy_source, fill_source, unary_source, where_source};
 use super::index::{gather_source, scatter_add_source};
 use super::matmul::tiled_source;
+use super::matmul_unit::{unit_source, Access};
 use super::plan::KernelSource;
 use super::reduce::{reduce_source, Mode, OPS};
 use super::target::{Lang, Target};
@@ -61,6 +62,9 @@ pub(crate) fn all(target: &Target) -> Vec<(String, KernelSource)> {
         }
         if target.lang == Lang::Wgsl {
             push(format!("matmul/{d}"), tiled_source(target, d));
+            for access in Access::ALL {
+                push(format!("matmul_unit/{}/{d}", access.name()), unit_source(target, d, access));
+            }
         }
     }
     v.extend(crate::fused::variants(target));

@@ -114,7 +114,8 @@ impl WgpuContext {
         let debug = std::env::var("RNN_GPU_DEBUG").is_ok_and(|v| v != "0");
         tracing::debug!(ordinal, name = %info.name, backend = ?info.backend, "wgpu device opened");
         let limits = device.limits();
-        let target = crate::gpu::target::Target::wgsl(limits.max_compute_workgroups_per_dimension as usize, shader_f16);
+        let target = crate::gpu::target::Target::wgsl(limits.max_compute_workgroups_per_dimension as usize, shader_f16)
+            .on_cpu(info.device_type == ::wgpu::DeviceType::Cpu);
         let pooled = crate::gpu_pool::pool_enabled();
         Ok(WgpuContext {
             batch: Mutex::new(Batch::new(&device, limits.min_storage_buffer_offset_alignment)),

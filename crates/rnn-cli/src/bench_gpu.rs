@@ -71,8 +71,24 @@ impl Bench<'_> {
         self.records.push(Record { suite: "gpu", name, metric, value, higher_is_better, threads });
     }
 
-    /// Records `value` and prints it with its reference and their ratio.
+    /// Records `value` (higher is better) and prints it with its reference and their ratio.
     fn report(&mut self, name: &str, metric: &'static str, value: f64, reference: (&str, f64)) -> CliResult<()> {
+        self.report_either(name, metric, value, reference, true)
+    }
+
+    /// Records a time (lower is better) and prints it with its reference and their ratio.
+    fn report_time(&mut self, name: &str, metric: &'static str, value: f64, reference: (&str, f64)) -> CliResult<()> {
+        self.report_either(name, metric, value, reference, false)
+    }
+
+    fn report_either(
+        &mut self,
+        name: &str,
+        metric: &'static str,
+        value: f64,
+        reference: (&str, f64),
+        higher_is_better: bool,
+    ) -> CliResult<()> {
         let ratio = value / reference.1;
         writeln!(
             self.out,
@@ -80,9 +96,9 @@ impl Bench<'_> {
             reference.0, reference.1
         )?;
         self.out.flush()?;
-        self.push(name.to_string(), metric, value, true);
+        self.push(name.to_string(), metric, value, higher_is_better);
         if reference.1.is_finite() {
-            self.push(format!("{}:{name}", reference.0), metric, reference.1, true);
+            self.push(format!("{}:{name}", reference.0), metric, reference.1, higher_is_better);
         }
         Ok(())
     }
@@ -144,24 +160,6 @@ fn describe(device: Device) -> String {
 
 fn randn(shape: impl Into<rnn::Shape>, device: Device) -> rnn::Result<Tensor> {
     Tensor::randn(0.0, 1.0, shape, DType::F32, Device::Cpu)?.to_device(device)
-}
-
-impl Bench<'_> {
-    /// Records a time (lower is better) and prints it with its reference and their ratio.
-    fn report_time(&mut self, name: &str, metric: &'static str, value: f64, reference: (&str, f64)) -> CliResult<()> {
-        let ratio = value / reference.1;
-        writeln!(
-            self.out,
-            "{name:<24} {value:>10.2} {metric:<8} {:<16} {:>10.2}  {ratio:>6.2}x",
-            reference.0, reference.1
-        )?;
-        self.out.flush()?;
-        self.push(name.to_string(), metric, value, false);
-        if reference.1.is_finite() {
-            self.push(format!("{}:{name}", reference.0), metric, reference.1, false);
-        }
-        Ok(())
-    }
 }
 
 /// `a + b` on 16 elements, 500 times per sample: the host time to queue one op (read before

@@ -191,7 +191,8 @@ pub(crate) fn l2_decayed(p: &Tensor, g: &Tensor, weight_decay: f64) -> Result<Te
     g.add(&p.mul_scalar(weight_decay)?)
 }
 
-fn check_grad(optimizer: &'static str, param: &Tensor, grad: &Tensor) -> Result<()> {
+/// `Err` naming `optimizer` unless `grad` has the shape, dtype and device of `param`.
+pub fn check_grad(optimizer: &'static str, param: &Tensor, grad: &Tensor) -> Result<()> {
     if grad.shape() != param.shape() {
         return Err(Error::ShapeMismatch { op: optimizer, lhs: param.shape().clone(), rhs: grad.shape().clone() });
     }

@@ -153,16 +153,7 @@ impl GpuOptimizer {
         if !p.dtype().is_float() {
             return Err(Error::UnsupportedDType { op: OP, dtype: p.dtype(), hint: ": parameters must be floats" });
         }
-        if g.shape() != p.shape() {
-            return Err(Error::ShapeMismatch { op: OP, lhs: p.shape().clone(), rhs: g.shape().clone() });
-        }
-        if g.dtype() != p.dtype() {
-            return Err(Error::DTypeMismatch { op: OP, lhs: p.dtype(), rhs: g.dtype() });
-        }
-        if g.device() != p.device() {
-            return Err(Error::DeviceMismatch { op: OP, lhs: p.device(), rhs: g.device() });
-        }
-        Ok(())
+        rnn_nn::optim::check_grad(OP, p, g)
     }
 
     /// The learning rate the next `step` uses.

@@ -118,7 +118,7 @@ pub fn mlp_step(timing: TimingConfig, device: Device) -> rnn::Result<QueuedTime>
 
 /// Device time of one MLP step where the device has its own clock (CUDA events around the
 /// step: the GPU's time from the step's first queued op to its last, idle gaps included);
-/// `None` where it has none (wgpu: the backend records no timestamp queries; the CPU).
+/// `None` elsewhere (on wgpu `mlp_step_kernel_seconds` sums the kernels' own times).
 pub fn mlp_step_device_seconds(timing: TimingConfig, device: Device) -> rnn::Result<Option<f64>> {
     let mut profiler = rnn::gpu::GpuProfiler::new(device);
     if !profiler.uses_device_events() {
@@ -133,6 +133,25 @@ pub fn mlp_step_device_seconds(timing: TimingConfig, device: Device) -> rnn::Res
         times.push(profiler.end("step")?.as_secs_f64());
     }
     Ok(Some(median(&mut times)))
+}
+
+/// The summed device time of one MLP step's kernels on wgpu device `ordinal` (timestamp
+/// queries, `rnn::wgpu::set_kernel_timing`), averaged over the timed steps; `None` where the
+/// adapter has no timestamp queries.
+#[cfg(feature = "wgpu")]
+pub fn mlp_step_kernel_seconds(timing: TimingConfig, ordinal: usize) -> rnn::Result<Option<f64>> {
+    let device = Device::Wgpu(ordinal);
+    let mut mlp = MlpStep::new(device)?;
+    (0..timing.warmup_calls).try_for_each(|_| mlp.step())?;
+    device.synchronize()?;
+    if rnn::wgpu::set_kernel_timing(ordinal, true).is_err() {
+        return Ok(None);
+    }
+    let steps = timing.min_calls.max(5);
+    let run = (0..steps).try_for_each(|_| mlp.step()).and_then(|()| device.synchronize());
+    let total = run.and_then(|()| rnn::wgpu::kernel_time(ordinal));
+    rnn::wgpu::set_kernel_timing(ordinal, false)?;
+    Ok(Some(total?.as_secs_f64() / steps as f64))
 }
 
 /// Median seconds of one AdamW step (PyTorch's defaults, lr 1e-3) over `n` f32 parameters

@@ -168,3 +168,37 @@ fn tiny_op_overhead() -> Result<()> {
     }
     Ok(())
 }
+
+/// Kernel timing: while on, results are unchanged, the summed kernel time is positive and
+/// below the wall time of the timed work, and more work gives more kernel time; an adapter
+/// without timestamp queries says so.
+#[test]
+fn kernel_timing_sums_the_kernels_device_time() -> Result<()> {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some((device, ordinal)) = wgpu() else { return Ok(()) };
+    if let Err(e) = rnn_core::wgpu::set_kernel_timing(ordinal, true) {
+        assert!(e.to_string().contains("timestamp"), "{e}");
+        eprintln!("kernel timing skipped: {e}");
+        return Ok(());
+    }
+    let a = Tensor::randn(0.0, 1.0, (96, 96), rnn_core::DType::F32, device)?;
+    let timed = |ops: usize| -> Result<(f64, f64)> {
+        rnn_core::wgpu::set_kernel_timing(ordinal, true)?;
+        let start = std::time::Instant::now();
+        let mut x = a.clone();
+        for _ in 0..ops {
+            x = x.matmul(&a)?.mul_scalar(0.01)?;
+        }
+        device.synchronize()?;
+        let wall = start.elapsed().as_secs_f64();
+        Ok((rnn_core::wgpu::kernel_time(ordinal)?.as_secs_f64(), wall))
+    };
+    let (few, few_wall) = timed(2)?;
+    let (many, many_wall) = timed(40)?;
+    let product = a.matmul(&a)?.to_vec2::<f32>()?;
+    rnn_core::wgpu::set_kernel_timing(ordinal, false)?;
+    assert_eq!(product, a.matmul(&a)?.to_vec2::<f32>()?, "timing changed a result");
+    assert!(few > 0.0 && few <= few_wall, "2 ops: kernels {few} s, wall {few_wall} s");
+    assert!(many > few && many <= many_wall, "40 ops: kernels {many} s (2 ops: {few}), wall {many_wall} s");
+    Ok(())
+}

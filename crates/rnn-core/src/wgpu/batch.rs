@@ -15,6 +15,8 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::kernel_timing::KernelTimer;
+
 /// Dispatches after which a batch is submitted: bounds the latency of work nobody waits for
 /// and the number of buffers a pending batch keeps alive.
 pub const MAX_BATCH_DISPATCHES: usize = 256;
@@ -37,6 +39,8 @@ pub(crate) struct Batch {
     pub ring: ::wgpu::Buffer,
     /// The ring offset alignment the adapter requires.
     align: usize,
+    /// Stamps every dispatch while kernel timing is on (`kernel_timing.rs`).
+    pub timer: Option<KernelTimer>,
 }
 
 impl Batch {
@@ -48,7 +52,7 @@ impl Batch {
             mapped_at_creation: false,
         });
         let align = (align as usize).max(4);
-        Batch { pass: None, encoder: None, dispatches: 0, info: Vec::new(), ring, align }
+        Batch { pass: None, encoder: None, dispatches: 0, info: Vec::new(), ring, align, timer: None }
     }
 
     /// Whether nothing has been recorded since the last submit.
@@ -79,25 +83,33 @@ impl Batch {
         self.encoder.get_or_insert_with(|| device.create_command_encoder(&Default::default()))
     }
 
-    /// The open compute pass (opened on first use).
+    /// The compute pass of the next dispatch: the open one (opened on first use), or a new one
+    /// stamped at its start and end while kernel timing is on.
     pub fn pass(&mut self, device: &::wgpu::Device) -> &mut ::wgpu::ComputePass<'static> {
+        if self.timer.is_some() {
+            self.pass = None;
+        }
         if self.pass.is_none() {
-            let pass = self.encoder(device).begin_compute_pass(&Default::default()).forget_lifetime();
-            self.pass = Some(pass);
+            let encoder = self.encoder.get_or_insert_with(|| device.create_command_encoder(&Default::default()));
+            let timestamp_writes = self.timer.as_mut().map(|t| t.next_writes());
+            let desc = ::wgpu::ComputePassDescriptor { label: None, timestamp_writes };
+            self.pass = Some(encoder.begin_compute_pass(&desc).forget_lifetime());
         }
         self.pass.as_mut().expect("the pass was just opened")
     }
 
-    /// Ends the batch: writes its `Info` into the ring and returns the commands to submit.
-    pub fn finish(&mut self, queue: &::wgpu::Queue) -> Option<::wgpu::CommandBuffer> {
+    /// Ends the batch: writes its `Info` into the ring and returns the commands to submit,
+    /// with the number of dispatches they stamp (kernel timing).
+    pub fn finish(&mut self, queue: &::wgpu::Queue) -> Option<(::wgpu::CommandBuffer, u32)> {
         self.pass = None;
-        let encoder = self.encoder.take()?;
+        let mut encoder = self.encoder.take()?;
+        let stamped = self.timer.as_mut().map_or(0, |t| t.resolve(&mut encoder));
         if !self.info.is_empty() {
             queue.write_buffer(&self.ring, 0, &self.info);
         }
         self.info.clear();
         self.dispatches = 0;
-        Some(encoder.finish())
+        Some((encoder.finish(), stamped))
     }
 }
 

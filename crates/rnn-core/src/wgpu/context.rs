@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::adapters::registry;
 use super::batch::{Batch, BindGroups, Counters};
+use super::kernel_timing::KernelTimer;
 use super::pool::BufferPool;
 use crate::{Error, Result};
 
@@ -27,6 +28,10 @@ pub(crate) struct WgpuContext {
     pub batch: Mutex<Batch>,
     pub bind_groups: Mutex<BindGroups>,
     pub counters: Counters,
+    /// Whether the device has timestamp queries (kernel timing).
+    timestamps: bool,
+    /// Nanoseconds of timed kernels since timing was turned on (NaN after a failed read).
+    kernel_nanos: Mutex<f64>,
     /// The first error the device reported outside an error scope, not yet returned.
     error: Arc<Mutex<Option<String>>>,
     /// Why the device was lost, once it has been.
@@ -88,9 +93,12 @@ impl WgpuContext {
         })?;
         let info = adapter.get_info();
         let shader_f16 = adapter.features().contains(::wgpu::Features::SHADER_F16);
+        let timestamps = adapter.features().contains(::wgpu::Features::TIMESTAMP_QUERY);
+        // Half floats where offered; timestamp queries for kernel timing where offered.
+        let wanted = ::wgpu::Features::SHADER_F16 | ::wgpu::Features::TIMESTAMP_QUERY;
         let desc = ::wgpu::DeviceDescriptor {
             label: Some("rnn"),
-            required_features: if shader_f16 { ::wgpu::Features::SHADER_F16 } else { ::wgpu::Features::empty() },
+            required_features: adapter.features() & wanted,
             // Everything the adapter offers, so that tensors may be as large as it allows.
             required_limits: adapter.limits(),
             ..Default::default()
@@ -121,6 +129,8 @@ impl WgpuContext {
             batch: Mutex::new(Batch::new(&device, limits.min_storage_buffer_offset_alignment)),
             bind_groups: Mutex::new(BindGroups::new(pooled)),
             counters: Counters::default(),
+            timestamps,
+            kernel_nanos: Mutex::new(0.0),
             ordinal,
             name: info.name,
             target,
@@ -161,9 +171,38 @@ impl WgpuContext {
 
     /// Submits the batch `batch` holds, if any (the caller holds its lock).
     pub fn submit_batch(&self, batch: &mut Batch) {
-        if let Some(commands) = batch.finish(&self.queue) {
+        if let Some((commands, stamped)) = batch.finish(&self.queue) {
             self.queue.submit([commands]);
             Counters::bump(&self.counters.submits);
+            if let (Some(timer), true) = (&batch.timer, stamped > 0) {
+                let period = self.queue.get_timestamp_period();
+                // A failed read makes the total NaN, which `kernel_time` reports as an error.
+                let nanos = timer.read(&self.device, stamped, period).unwrap_or(f64::NAN);
+                *self.kernel_nanos.lock().unwrap_or_else(|p| p.into_inner()) += nanos;
+            }
+        }
+    }
+
+    /// Turns kernel timing on (resetting the total) or off; `Err` where the adapter has no
+    /// timestamp queries.
+    pub fn set_kernel_timing(&self, on: bool) -> Result<()> {
+        if on && !self.timestamps {
+            let msg = format!("wgpu:{} ({}) has no timestamp queries", self.ordinal, self.name);
+            return Err(Error::invalid("kernel timing", msg));
+        }
+        let mut batch = self.batch();
+        self.submit_batch(&mut batch);
+        batch.timer = on.then(|| KernelTimer::new(&self.device));
+        *self.kernel_nanos.lock().unwrap_or_else(|p| p.into_inner()) = 0.0;
+        self.check()
+    }
+
+    /// Nanoseconds of the timed kernels submitted since timing was turned on.
+    pub fn kernel_nanos(&self) -> Result<f64> {
+        let nanos = *self.kernel_nanos.lock().unwrap_or_else(|p| p.into_inner());
+        match nanos.is_nan() {
+            true => Err(Error::Msg(format!("wgpu:{}: reading the kernel timestamps failed", self.ordinal))),
+            false => Ok(nanos),
         }
     }
 

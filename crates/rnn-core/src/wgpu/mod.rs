@@ -19,6 +19,7 @@ mod adapters;
 mod batch;
 mod context;
 mod dtype;
+mod kernel_timing;
 mod launch;
 mod layout;
 mod pool;
@@ -109,4 +110,21 @@ pub fn time_buffer_copy(ordinal: usize, bytes: u64, calls: usize) -> crate::Resu
 pub fn kernel_variants(ordinal: usize) -> crate::Result<Vec<(String, String)>> {
     let target = context::context(ordinal)?.target;
     Ok(crate::gpu::variants::all(&target).into_iter().map(|(name, source)| (name, source.text())).collect())
+}
+
+/// Turns per-kernel device timing on (resetting its total) or off on wgpu device `ordinal`.
+/// While it is on, every dispatch is stamped by the device at its start and end (timestamp
+/// queries) and every submitted batch is waited for to read its stamps, so timed work runs
+/// slower; [`kernel_time`] is the sum of the kernels' own times. For profiling, e.g. to
+/// compare a training step's wall time with the time its kernels take. `Err` where the
+/// adapter has no timestamp queries.
+pub fn set_kernel_timing(ordinal: usize, on: bool) -> crate::Result<()> {
+    context::context(ordinal)?.set_kernel_timing(on)
+}
+
+/// The summed device time of the kernels submitted on wgpu device `ordinal` since
+/// [`set_kernel_timing`] turned timing on (call `synchronize` first to include queued work).
+pub fn kernel_time(ordinal: usize) -> crate::Result<std::time::Duration> {
+    let nanos = context::context(ordinal)?.kernel_nanos()?;
+    Ok(std::time::Duration::from_nanos(nanos.round() as u64))
 }

@@ -126,7 +126,7 @@ pub(crate) fn run<S: GpuStorage>(rule: &UpdateRule, dtype: DType, ordinal: usize
     let source = source(&target, rule.kernel_name(), dtype)?;
     let (flags, h) = hyper(rule);
     match target.lang {
-        Lang::Cuda => run_table(&target, source, rule, dtype, (flags, h), group),
+        Lang::Cuda => run_table(&target, source, rule, dtype, (flags, h), ordinal, group),
         Lang::Wgsl => run_each(&target, source, rule, dtype, (flags, h), ordinal, group),
     }
 }
@@ -138,6 +138,7 @@ fn run_table<S: GpuStorage>(
     rule: &UpdateRule,
     dtype: DType,
     (flags, h): (u64, [f64; HYPER]),
+    ordinal: usize,
     group: &[Operands<S>],
 ) -> Result<()> {
     let size = dtype.size_in_bytes() as u64;
@@ -169,7 +170,6 @@ fn run_table<S: GpuStorage>(
         args: vec![Arg::Input(0)],
         info,
     };
-    let ordinal = group.first().and_then(|o| o.buffers[0]).map_or(0, |(s, _)| s.ordinal());
     let table = S::upload(&CpuStorage::I64(table.into_iter().map(|w| w as i64).collect()), ordinal)?;
     S::launch(&plan, &[&table])
 }

@@ -22,6 +22,19 @@ impl Default for OptimizerConfig {
     }
 }
 
+/// Each optimizer's own config names that optimizer (`AdamConfig` means Adam; AdamW is
+/// `OptimizerConfig::AdamW(..)`), so APIs can take `impl Into<OptimizerConfig>`.
+macro_rules! config_names_optimizer {
+    ($($config:ident => $variant:ident),*) => {$(
+        impl From<$config> for OptimizerConfig {
+            fn from(c: $config) -> Self {
+                OptimizerConfig::$variant(c)
+            }
+        }
+    )*};
+}
+config_names_optimizer!(SgdConfig => Sgd, AdamConfig => Adam, RmsPropConfig => RmsProp, AdagradConfig => Adagrad);
+
 impl OptimizerConfig {
     /// Plain SGD with learning rate `lr`.
     pub fn sgd(lr: f64) -> Self {

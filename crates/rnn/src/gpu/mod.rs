@@ -50,7 +50,7 @@ mod tensor;
 pub use device_manager::DeviceManager;
 pub use error::{GpuError, GpuResult};
 pub use kernel::{CompiledKernel, KernelArg, KernelBackend, KernelManager, LaunchConfig};
-pub use optimizer::{GpuOptimizer, GpuOptimizerBuilder, IntoOptimizerConfig};
+pub use optimizer::{GpuOptimizer, GpuOptimizerBuilder};
 pub use profiler::{GpuProfiler, ProfileEvent, ProfileSummary};
 pub use tensor::{GpuTensor, HostElement};
 

@@ -10,47 +10,9 @@
 use std::collections::HashMap;
 
 use rnn_core::{DType, Device, Error, GradStore, Result, Tensor, TensorId};
-use rnn_nn::optim::{AdagradConfig, AdamConfig, Optimizer, OptimizerConfig, RmsPropConfig, SgdConfig};
+use rnn_nn::optim::{Optimizer, OptimizerConfig};
 
 use super::tensor::{GpuTensor, HostElement};
-
-/// Values that name an optimizer and its settings: an [`OptimizerConfig`], or one of the
-/// optimizers' own configs, as [`super::optimizers`]' `Adam::new(lr)` returns (`AdamConfig`
-/// means Adam; for AdamW use `optimizers::AdamW::new(lr)`,
-/// `OptimizerConfig::AdamW(..)` or `OptimizerConfig::adamw(lr)`).
-pub trait IntoOptimizerConfig {
-    fn into_optimizer_config(self) -> OptimizerConfig;
-}
-
-impl IntoOptimizerConfig for OptimizerConfig {
-    fn into_optimizer_config(self) -> OptimizerConfig {
-        self
-    }
-}
-
-impl IntoOptimizerConfig for AdamConfig {
-    fn into_optimizer_config(self) -> OptimizerConfig {
-        OptimizerConfig::Adam(self)
-    }
-}
-
-impl IntoOptimizerConfig for SgdConfig {
-    fn into_optimizer_config(self) -> OptimizerConfig {
-        OptimizerConfig::Sgd(self)
-    }
-}
-
-impl IntoOptimizerConfig for RmsPropConfig {
-    fn into_optimizer_config(self) -> OptimizerConfig {
-        OptimizerConfig::RmsProp(self)
-    }
-}
-
-impl IntoOptimizerConfig for AdagradConfig {
-    fn into_optimizer_config(self) -> OptimizerConfig {
-        OptimizerConfig::Adagrad(self)
-    }
-}
 
 /// Builds a [`GpuOptimizer`]: `GpuOptimizer::new(device).with_optimizer(..).build()`.
 #[derive(Clone, Debug)]
@@ -60,9 +22,12 @@ pub struct GpuOptimizerBuilder {
 }
 
 impl GpuOptimizerBuilder {
-    /// The optimizer to run (Adam with PyTorch's defaults when not called).
-    pub fn with_optimizer(mut self, config: impl IntoOptimizerConfig) -> Self {
-        self.config = config.into_optimizer_config();
+    /// The optimizer to run (Adam with PyTorch's defaults when not called): an
+    /// [`OptimizerConfig`], or one optimizer's own config, as [`super::optimizers`]'
+    /// `Adam::new(lr)` returns (`AdamConfig` means Adam; AdamW is `optimizers::AdamW::new(lr)`
+    /// or `OptimizerConfig::adamw(lr)`).
+    pub fn with_optimizer(mut self, config: impl Into<OptimizerConfig>) -> Self {
+        self.config = config.into();
         self
     }
 

@@ -18,8 +18,9 @@ pub(crate) enum Op {
     /// Reduction keeping the reduced dims with size 1.
     Reduce(Tensor, ReduceOp),
     Matmul(Tensor, Tensor),
-    /// A fused op (`fused/`) and its inputs.
-    Fused(std::sync::Arc<dyn crate::fused::FusedOp>, Vec<Tensor>),
+    /// A fused op (`fused/`), its inputs and the extra outputs its forward saved for the
+    /// backward (say, per-row statistics).
+    Fused(std::sync::Arc<dyn crate::fused::FusedOp>, Vec<Tensor>, Vec<Tensor>),
     Reshape(Tensor),
     Permute(Tensor, Vec<usize>),
     Narrow(Tensor, usize, usize),
@@ -47,7 +48,7 @@ impl Op {
             Op::Binary(a, b, _) | Op::Matmul(a, b) => vec![a, b],
             Op::WhereCond(_, t, f) => vec![t, f],
             Op::ScatterAdd(a, _, s, _) => vec![a, s],
-            Op::Cat(xs, _) | Op::Fused(_, xs) => xs.iter().collect(),
+            Op::Cat(xs, _) | Op::Fused(_, xs, _) => xs.iter().collect(),
         }
     }
 }

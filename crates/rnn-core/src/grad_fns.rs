@@ -15,8 +15,8 @@ pub(crate) fn input_grads<'a>(op: &'a Op, y: &Tensor, g: &Tensor) -> Result<Vec<
             let gb = b.tracks_grad().then(|| a.t()?.matmul(g)).transpose()?;
             return Ok(pair(a, ga, b, gb));
         }
-        Op::Fused(f, inputs) => {
-            let grads = f.backward(inputs, y, g)?;
+        Op::Fused(f, inputs, saved) => {
+            let grads = f.backward(inputs, saved, y, g)?;
             return Ok(inputs.iter().zip(grads).filter_map(|(t, gt)| gt.map(|gt| (t, gt))).collect());
         }
         _ => other_grads(op, y, g)?,

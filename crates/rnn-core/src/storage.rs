@@ -35,9 +35,9 @@ pub trait BackendStorage: Sized {
     /// `[N, C, kh * kw, Ho * Wo]` -> `[N, C, H, W]` with `(H, W) = out_hw`: the adjoint of
     /// `unfold2d` (see `Tensor::fold2d`).
     fn fold2d(&self, l: &Layout, out_hw: (usize, usize), window: &Window2d) -> Result<Self>;
-    /// A fused op's forward into a contiguous result (`fused/`), or `None` where this backend
-    /// composes it from other ops.
-    fn fused(op: &dyn FusedOp, inputs: &[(&Self, &Layout)]) -> Result<Option<Self>>;
+    /// A fused op's forward into contiguous results (`fused/`): its output, then the extra
+    /// outputs it saves for the backward; `None` where this backend composes it from other ops.
+    fn fused(op: &dyn FusedOp, inputs: &[(&Self, &Layout)]) -> Result<Option<Vec<Self>>>;
 }
 
 impl BackendStorage for CpuStorage {
@@ -98,7 +98,7 @@ impl BackendStorage for CpuStorage {
     fn fold2d(&self, l: &Layout, out_hw: (usize, usize), window: &Window2d) -> Result<Self> {
         CpuStorage::fold2d(self, l, out_hw, window)
     }
-    fn fused(op: &dyn FusedOp, inputs: &[(&Self, &Layout)]) -> Result<Option<Self>> {
+    fn fused(op: &dyn FusedOp, inputs: &[(&Self, &Layout)]) -> Result<Option<Vec<Self>>> {
         op.cpu(inputs)
     }
 }
@@ -273,13 +273,23 @@ impl Storage {
         })
     }
 
-    /// A fused op's forward on the inputs' backend (`None`: compose it from other ops).
-    pub fn fused(op: &dyn FusedOp, parts: &[(&Storage, &Layout)]) -> Result<Option<Storage>> {
+    /// A fused op's forward on the inputs' backend: its output, then its saved extra outputs
+    /// (`None`: compose it from other ops).
+    pub fn fused(op: &dyn FusedOp, parts: &[(&Storage, &Layout)]) -> Result<Option<Vec<Storage>>> {
         let first = parts.first().ok_or_else(|| Error::invalid(op.name(), "no inputs"))?;
         Ok(match first.0 {
-            Storage::Cpu(_) => BackendStorage::fused(op, &typed_parts!(op.name(), parts, Cpu))?.map(Storage::Cpu),
-            Storage::Cuda(_) => BackendStorage::fused(op, &typed_parts!(op.name(), parts, Cuda))?.map(Storage::Cuda),
-            Storage::Wgpu(_) => BackendStorage::fused(op, &typed_parts!(op.name(), parts, Wgpu))?.map(Storage::Wgpu),
+            Storage::Cpu(_) => {
+                let outs = BackendStorage::fused(op, &typed_parts!(op.name(), parts, Cpu))?;
+                outs.map(|v| v.into_iter().map(Storage::Cpu).collect())
+            }
+            Storage::Cuda(_) => {
+                let outs = BackendStorage::fused(op, &typed_parts!(op.name(), parts, Cuda))?;
+                outs.map(|v| v.into_iter().map(Storage::Cuda).collect())
+            }
+            Storage::Wgpu(_) => {
+                let outs = BackendStorage::fused(op, &typed_parts!(op.name(), parts, Wgpu))?;
+                outs.map(|v| v.into_iter().map(Storage::Wgpu).collect())
+            }
         })
     }
 }

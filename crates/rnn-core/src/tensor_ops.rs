@@ -67,7 +67,7 @@ impl Tensor {
     }
 
     /// A rank-0 tensor of this tensor's dtype and device.
-    fn scalar_like(&self, value: f64) -> Result<Tensor> {
+    pub(crate) fn scalar_like(&self, value: f64) -> Result<Tensor> {
         Tensor::full(value, (), self.dtype(), self.device())
     }
 

@@ -47,7 +47,7 @@ impl FusedOp for Linear {
         Ok((Shape::from(vec![x.dims()[0], w.dims()[0]]), x.dtype()))
     }
 
-    fn cpu(&self, _: &[(&CpuStorage, &Layout)]) -> Result<Option<CpuStorage>> {
+    fn cpu(&self, _: &[(&CpuStorage, &Layout)]) -> Result<Option<Vec<CpuStorage>>> {
         Ok(None)
     }
 
@@ -62,19 +62,19 @@ impl FusedOp for Linear {
         self.gemm_program(target, *x, *w, *bias).map(Some)
     }
 
-    fn compose(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    fn compose(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let z = inputs[0].matmul(&inputs[1].t()?)?;
         let z = match inputs.get(2) {
             Some(b) => z.add(b)?,
             None => z,
         };
-        match self.act.unary() {
-            Some(op) => z.unary(op),
-            None => Ok(z),
-        }
+        Ok(vec![match self.act.unary() {
+            Some(op) => z.unary(op)?,
+            None => z,
+        }])
     }
 
-    fn backward(&self, inputs: &[Tensor], y: &Tensor, g: &Tensor) -> Result<Vec<Option<Tensor>>> {
+    fn backward(&self, inputs: &[Tensor], _: &[Tensor], y: &Tensor, g: &Tensor) -> Result<Vec<Option<Tensor>>> {
         let (x, w, b) = (&inputs[0], &inputs[1], inputs.get(2));
         let gz = match self.act {
             Epilogue::None => g.clone(),

@@ -25,22 +25,33 @@ pub(crate) trait FusedOp: Send + Sync {
     /// Checks the inputs (shapes, dtypes) and gives the output's shape and dtype.
     fn output(&self, inputs: &[&Tensor]) -> Result<(Shape, DType)>;
 
-    /// The forward on the CPU into a contiguous result, or `None` to compose.
-    fn cpu(&self, inputs: &[(&CpuStorage, &Layout)]) -> Result<Option<CpuStorage>>;
+    /// The shapes and dtypes of the extra outputs the forward writes after its output and
+    /// saves for the backward (say, attention's per-row log-sum-exp, a norm's mean and
+    /// rstd). Called after `output` accepted the inputs.
+    fn saved(&self, inputs: &[&Tensor]) -> Result<Vec<(Shape, DType)>> {
+        let _ = inputs;
+        Ok(Vec::new())
+    }
+
+    /// The forward on the CPU into contiguous results (the output, then the saved extra
+    /// outputs), or `None` to compose.
+    fn cpu(&self, inputs: &[(&CpuStorage, &Layout)]) -> Result<Option<Vec<CpuStorage>>>;
 
     /// The forward on a GPU as a program over the inputs (dtype, layout, storage length),
-    /// or `None` to compose.
+    /// or `None` to compose. A program with saved outputs is built with
+    /// `Program::with_outputs`.
     fn gpu(&self, target: &Target, inputs: &[(DType, &Layout, usize)]) -> Result<Option<Program>>;
 
-    /// The forward from other ops, where there is no fused kernel (run without gradients).
-    fn compose(&self, inputs: &[Tensor]) -> Result<Tensor> {
+    /// The forward from other ops, where there is no fused kernel (run without gradients):
+    /// the output, then the saved extra outputs.
+    fn compose(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let _ = inputs;
         Err(Error::Msg(format!("internal: {} has a kernel on every backend", self.name())))
     }
 
-    /// The gradient of each input that tracks one (`None` for the others), given the
-    /// output `y` and the gradient `g` of the loss with respect to it.
-    fn backward(&self, inputs: &[Tensor], y: &Tensor, g: &Tensor) -> Result<Vec<Option<Tensor>>>;
+    /// The gradient of each input that tracks one (`None` for the others), given the saved
+    /// extra outputs, the output `y` and the gradient `g` of the loss with respect to it.
+    fn backward(&self, inputs: &[Tensor], saved: &[Tensor], y: &Tensor, g: &Tensor) -> Result<Vec<Option<Tensor>>>;
 }
 
 /// Every kernel a fused op type can launch, for the compile test and the emulator tests.
@@ -66,12 +77,20 @@ macro_rules! fused_ops {
 fused_ops! {
     softmax::Softmax,
     linear::Linear,
+    attention::Attention,
 }
 
 impl Tensor {
     /// Runs a fused op on `inputs` (all on one device) and records it for autograd.
     pub(crate) fn fused(op: Arc<dyn FusedOp>, inputs: &[&Tensor]) -> Result<Tensor> {
+        Ok(Tensor::fused_outputs(op, inputs)?.swap_remove(0))
+    }
+
+    /// Runs a fused op on `inputs` (all on one device): its output, recorded for autograd,
+    /// then the extra outputs it saved for the backward (not differentiable).
+    pub(crate) fn fused_outputs(op: Arc<dyn FusedOp>, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         let (shape, _) = op.output(inputs)?;
+        let saved_shapes = op.saved(inputs)?;
         if let Some(other) = inputs.iter().find(|t| t.device() != inputs[0].device()) {
             return Err(Error::DeviceMismatch { op: op.name(), lhs: inputs[0].device(), rhs: other.device() });
         }
@@ -81,13 +100,22 @@ impl Tensor {
             let parts: Vec<_> = guards.iter().zip(inputs).map(|(g, t)| (&**g, t.layout())).collect();
             crate::storage::Storage::fused(op.as_ref(), &parts)?
         };
-        let record = Some(Op::Fused(op.clone(), owned.clone()));
-        match result {
-            Some(storage) => Ok(Tensor::from_parts(storage, Layout::contiguous(shape), record)),
-            None => {
-                let y = no_grad(|| op.compose(&owned))?;
-                Ok(y.view(y.layout().clone(), record))
+        let outputs: Vec<Tensor> = match result {
+            Some(storages) => {
+                let shapes = std::iter::once(shape).chain(saved_shapes.into_iter().map(|(s, _)| s));
+                storages
+                    .into_iter()
+                    .zip(shapes)
+                    .map(|(s, shape)| Tensor::from_parts(s, Layout::contiguous(shape), None))
+                    .collect()
             }
-        }
+            None => no_grad(|| op.compose(&owned))?,
+        };
+        let Some((y, saved)) = outputs.split_first() else {
+            return Err(Error::Msg(format!("internal: {} gave no output", op.name())));
+        };
+        let record = Some(Op::Fused(op.clone(), owned, saved.to_vec()));
+        let y = y.view(y.layout().clone(), record);
+        Ok(std::iter::once(y).chain(saved.iter().cloned()).collect())
     }
 }

@@ -46,11 +46,11 @@ impl FusedOp for Softmax {
         Ok((x.shape().clone(), x.dtype()))
     }
 
-    fn cpu(&self, inputs: &[(&CpuStorage, &Layout)]) -> Result<Option<CpuStorage>> {
+    fn cpu(&self, inputs: &[(&CpuStorage, &Layout)]) -> Result<Option<Vec<CpuStorage>>> {
         let (x, l) = inputs[0];
         let row = l.dims().last().copied().unwrap_or(1);
         let log = self.log;
-        Ok(Some(match x {
+        Ok(Some(vec![match x {
             CpuStorage::F32(v) => CpuStorage::F32(softmax_rows(&contiguous_slice(v, l)?, row, log)?),
             CpuStorage::F64(v) => CpuStorage::F64(softmax_rows(&contiguous_slice(v, l)?, row, log)?),
             CpuStorage::F16(v) => {
@@ -62,7 +62,7 @@ impl FusedOp for Softmax {
                 CpuStorage::BF16(softmax_rows(&wide, row, log)?.into_iter().map(bf16::from_f32).collect())
             }
             s => return float_only(self.name(), s.dtype()).map(|_| None),
-        }))
+        }]))
     }
 
     fn gpu(&self, target: &Target, inputs: &[(DType, &Layout, usize)]) -> Result<Option<Program>> {
@@ -70,7 +70,7 @@ impl FusedOp for Softmax {
         self.program(target, dtype, l).map(Some)
     }
 
-    fn backward(&self, inputs: &[Tensor], y: &Tensor, g: &Tensor) -> Result<Vec<Option<Tensor>>> {
+    fn backward(&self, inputs: &[Tensor], _: &[Tensor], y: &Tensor, g: &Tensor) -> Result<Vec<Option<Tensor>>> {
         let dx = if self.log {
             // dx = g - softmax(x) * sum(g), with softmax(x) = exp(y)
             g.sub(&y.exp()?.mul(&g.sum_keepdim(-1)?)?)?

@@ -108,6 +108,14 @@ fn buffers<'a, S>(op: &'static str, inputs: &[&'a S], temps: &'a [S], args: &[Ar
 
 /// Runs `p` on device `ordinal` with `inputs`; returns the result buffer.
 pub(crate) fn run<S: GpuStorage>(ordinal: usize, inputs: &[&S], p: &Program) -> Result<S> {
+    run_outputs(ordinal, inputs, p)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Msg(format!("internal: {} plan has no result", p.op)))
+}
+
+/// Runs `p` on device `ordinal` with `inputs`; returns its `p.outputs` result buffers.
+pub(crate) fn run_outputs<S: GpuStorage>(ordinal: usize, inputs: &[&S], p: &Program) -> Result<Vec<S>> {
     let mut temps = p.temps.iter().map(|&(d, n)| S::alloc(ordinal, d, n)).collect::<Result<Vec<S>>>()?;
     for launch in &p.launches {
         match launch {
@@ -127,7 +135,8 @@ pub(crate) fn run<S: GpuStorage>(ordinal: usize, inputs: &[&S], p: &Program) -> 
             (buffer(p.op, inputs, &temps, Arg::Temp(c.flag))?, buffer(p.op, inputs, &temps, Arg::Input(c.ids))?);
         deferred::defer(ordinal, c, flag, ids)?;
     }
-    temps.into_iter().next().ok_or_else(|| Error::Msg(format!("internal: {} plan has no result", p.op)))
+    temps.truncate(p.outputs);
+    Ok(temps)
 }
 
 /// A product. Where the runtime has no fused kernel for its epilogue, the product alone,
@@ -223,7 +232,7 @@ impl<S: GpuStorage> BackendStorage for S {
     fn fold2d(&self, l: &Layout, out_hw: (usize, usize), w: &Window2d) -> Result<Self> {
         exec(self, &[self], |t| window::fold2d(t, self.dtype(), l, out_hw, w))
     }
-    fn fused(op: &dyn FusedOp, inputs: &[(&Self, &Layout)]) -> Result<Option<Self>> {
+    fn fused(op: &dyn FusedOp, inputs: &[(&Self, &Layout)]) -> Result<Option<Vec<Self>>> {
         let (first, _) = inputs.first().ok_or_else(|| Error::invalid(op.name(), "no inputs"))?;
         let target = S::target_of(first.ordinal())?;
         let descs: Vec<_> = inputs.iter().map(|(s, l)| (s.dtype(), *l, s.len())).collect();
@@ -231,6 +240,6 @@ impl<S: GpuStorage> BackendStorage for S {
             return Ok(None);
         };
         let storages: Vec<&Self> = inputs.iter().map(|(s, _)| *s).collect();
-        run(first.ordinal(), &storages, &program).map(Some)
+        run_outputs(first.ordinal(), &storages, &program).map(Some)
     }
 }

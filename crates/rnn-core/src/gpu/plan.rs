@@ -194,12 +194,15 @@ pub(crate) struct IdCheck {
     pub shape: Shape,
 }
 
-/// An op as buffers and launches. `temps[0]` is the result.
+/// An op as buffers and launches. `temps[0]` is the result; a fused op with extra outputs
+/// (`Program::outputs`) returns `temps[..outputs]`.
 #[derive(Clone, Debug)]
 pub(crate) struct Program {
     pub op: &'static str,
     pub target: Target,
     pub temps: Vec<(DType, usize)>,
+    /// How many leading temporaries are results (1 but for fused ops with saved outputs).
+    pub outputs: usize,
     pub launches: Vec<Launch>,
     pub check: Option<IdCheck>,
 }
@@ -207,7 +210,14 @@ pub(crate) struct Program {
 impl Program {
     /// A program whose result is a fresh `len`-element buffer of `dtype`.
     pub fn new(target: &Target, op: &'static str, dtype: DType, len: usize) -> Program {
-        Program { op, target: *target, temps: vec![(dtype, len)], launches: Vec::new(), check: None }
+        Program { op, target: *target, temps: vec![(dtype, len)], launches: Vec::new(), check: None, outputs: 1 }
+    }
+
+    /// A program whose results are fresh buffers of these (dtype, length)s: `Arg::Temp(i)`
+    /// is result `i` (a fused op's output, then the extra outputs it saves).
+    pub fn with_outputs(target: &Target, op: &'static str, outputs: &[(DType, usize)]) -> Program {
+        let temps = outputs.to_vec();
+        Program { op, target: *target, outputs: temps.len(), temps, launches: Vec::new(), check: None }
     }
 
     /// The result buffer.

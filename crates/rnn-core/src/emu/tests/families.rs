@@ -135,10 +135,20 @@ pub(super) fn reductions() {
     }
 }
 
+/// A fused op's output on the emulator and on the CPU.
 fn fused(
     op: &dyn crate::fused::FusedOp,
     inputs: &[(&CpuStorage, &Layout)],
 ) -> (Result<EmuStorage>, Result<CpuStorage>) {
+    let (got, want) = fused_outputs(op, inputs);
+    (got.map(|mut v| v.swap_remove(0)), want.map(|mut v| v.swap_remove(0)))
+}
+
+/// A fused op's output and saved extra outputs on the emulator and on the CPU.
+pub(super) fn fused_outputs(
+    op: &dyn crate::fused::FusedOp,
+    inputs: &[(&CpuStorage, &Layout)],
+) -> (Result<Vec<EmuStorage>>, Result<Vec<CpuStorage>>) {
     let ups: Vec<EmuStorage> = inputs.iter().map(|(s, _)| up(s)).collect();
     let emu: Vec<(&EmuStorage, &Layout)> = ups.iter().zip(inputs).map(|(s, (_, l))| (s, *l)).collect();
     let none = || Error::Msg(format!("{} composed", op.name()));

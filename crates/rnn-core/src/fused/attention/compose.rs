@@ -42,6 +42,12 @@ fn widen(t: &Tensor) -> Result<Tensor> {
 pub(super) fn forward(op: &Attention, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
     let dtype = inputs[0].dtype();
     let (q, k, v) = (widen(&inputs[0])?, widen(&inputs[1])?, widen(&inputs[2])?);
+    if k.dims()[2] == 0 {
+        // No keys: every row is fully masked (the max below would reject an empty dim).
+        let (qd, dv) = (q.dims(), v.dims()[3]);
+        let o = Tensor::zeros((qd[0], qd[1], qd[2], dv), dtype, q.device())?;
+        return Ok(vec![o, Tensor::full(f64::NEG_INFINITY, qd[..3].to_vec(), q.dtype(), q.device())?]);
+    }
     let s = masked_scores(op, &q, &k, &inputs[3..])?;
     // A fully masked row has max -inf; shifting it by 0 instead gives p = 0 there.
     let m = replace_neg_inf(&s.max_keepdim(-1)?, 0.0)?;
@@ -67,7 +73,8 @@ pub(super) fn backward(op: &AttentionBackward, inputs: &[Tensor]) -> Result<Vec<
     let ds = p.mul(&dp.sub(&delta)?)?;
     let dq = ds.matmul(k)?.mul_scalar(op.fwd.scale)?;
     let dk = ds.transpose(-2, -1)?.matmul(q)?.mul_scalar(op.fwd.scale)?;
-    let mut out = vec![dq.to_dtype(inputs[0].dtype())?, dk.to_dtype(inputs[1].dtype())?, dv.to_dtype(inputs[2].dtype())?];
+    let mut out =
+        vec![dq.to_dtype(inputs[0].dtype())?, dk.to_dtype(inputs[1].dtype())?, dv.to_dtype(inputs[2].dtype())?];
     if op.bias_grad {
         out.push(ds.to_dtype(inputs[0].dtype())?);
     }

@@ -85,7 +85,8 @@ impl Case {
     }
 }
 
-/// The cases: sizes straddle the CPU kernels' 32- and 64-row tiles (1, 17, 33, 65, 70, 90).
+/// The cases: sizes straddle the CPU kernels' 64-row tiles and the 32-row tiles of other
+/// kernels (1, 17, 33, 65, 70, 90, 150).
 fn cases() -> Vec<Case> {
     use View::*;
     vec![
@@ -95,6 +96,9 @@ fn cases() -> Vec<Case> {
         case("nq_ne_nk_dv_ne_d", [1, 2, 37, 90, 32, 48]).views([HeadsInner, Narrowed, HeadsInner]),
         case("causal_nq_gt_nk_d128", [1, 1, 70, 20, 128, 128]).causal(),
         case("causal_nq_lt_nk", [1, 2, 17, 33, 16, 16]).causal().views([Narrowed, HeadsInner, Plain]),
+        // One head: the CPU backward splits its key tiles over the threads.
+        case("one_head_long_keys", [1, 1, 40, 150, 32, 40]),
+        case("one_head_causal", [1, 1, 150, 150, 16, 16]).causal().bias(&[150, 150], true),
         case("padding", [3, 2, 33, 40, 32, 32]).lengths(&[0, 17, 99]),
         case("padding_i64", [2, 1, 9, 13, 5, 7]).lengths(&[13, 1]),
         case("causal_padding", [2, 2, 40, 40, 64, 64]).causal().lengths(&[7, 40]),

@@ -1,13 +1,310 @@
-//! Attention on the CPU. (Tiled kernels to come; `None` composes from primitives.)
+//! Attention on the CPU, FlashAttention-2 style: the forward (`cpu_forward.rs`) and the
+//! backward (`cpu_backward.rs`) walk `Br x Bc` tiles of scores, each computed with the `gemm`
+//! crate's runtime-dispatched AVX2 / AVX-512 kernels, and never hold more than one tile of
+//! scores per thread. This file turns the op's inputs into a [`Problem`] (contiguous q, k, v
+//! in the compute type, the masks) and holds what both passes share: the score tile and the
+//! tile products.
+//!
+//! f32 and f64 are computed natively; f16 and bf16 in f32 (inputs converted once, O(N·D)),
+//! their results rounded once.
 
-use super::{Attention, AttentionBackward};
+use std::borrow::Cow;
+use std::ops::Range;
+
+use gemm::{gemm, Parallelism};
+use half::{bf16, f16};
+
+use super::{Attention, AttentionBackward, Dims};
+use crate::cpu::unary::contiguous_slice;
 use crate::cpu::CpuStorage;
-use crate::{Layout, Result};
+use crate::num::Float;
+use crate::{DType, Error, Layout, Result};
 
-pub(crate) fn forward(_: &Attention, _: &[(&CpuStorage, &Layout)]) -> Result<Option<Vec<CpuStorage>>> {
-    Ok(None)
+/// Query rows per tile.
+pub(super) const BR: usize = 64;
+/// Keys per tile.
+pub(super) const BC: usize = 64;
+
+/// The compute types: f32 and f64.
+pub(super) trait Compute: Float + bytemuck::Zeroable + Send + Sync + 'static {}
+impl Compute for f32 {}
+impl Compute for f64 {}
+
+/// The additive bias: the whole storage of the `[B, H, Nq, Nk]` view (broadcast dims have
+/// stride 0, so it is never expanded), its offset and strides.
+pub(super) struct Bias<'a, C: Clone> {
+    data: Cow<'a, [C]>,
+    offset: usize,
+    strides: [usize; 4],
 }
 
-pub(crate) fn backward(_: &AttentionBackward, _: &[(&CpuStorage, &Layout)]) -> Result<Option<Vec<CpuStorage>>> {
-    Ok(None)
+/// One attention problem in compute type `C`: q, k, v contiguous, and the masks.
+pub(super) struct Problem<'a, C: Clone> {
+    pub dims: Dims,
+    pub q: Cow<'a, [C]>,
+    pub k: Cow<'a, [C]>,
+    pub v: Cow<'a, [C]>,
+    pub scale: C,
+    pub causal: bool,
+    /// Valid keys of each batch element (at most Nk).
+    pub lengths: Vec<usize>,
+    pub bias: Option<Bias<'a, C>>,
+}
+
+impl<C: Compute> Problem<'_, C> {
+    /// The keys query rows `rows` of batch element `b` may see at all: `0..end`. Keys past
+    /// a padding length, and (causal) past the last row, are skipped tile by tile.
+    pub fn key_end(&self, b: usize, rows: &Range<usize>) -> usize {
+        let end = self.lengths[b];
+        if self.causal {
+            end.min(rows.end)
+        } else {
+            end
+        }
+    }
+
+    /// `s = q[rows] k[cols]ᵀ · scale + bias`, with `-inf` where causality hides a key:
+    /// `rows.len() x cols.len()`, row-major. (Padded keys are never in `cols`.)
+    pub fn scores(&self, bh: usize, rows: &Range<usize>, cols: &Range<usize>, s: &mut [C]) {
+        let Dims { heads, nq, nk, d, .. } = self.dims;
+        let (br, bc) = (rows.len(), cols.len());
+        let q = &self.q[(bh * nq + rows.start) * d..][..br * d];
+        let k = &self.k[(bh * nk + cols.start) * d..][..bc * d];
+        let s = &mut s[..br * bc];
+        tile_product((br, bc, d), s, false, Mat::rows(q, d), Mat::cols(k, d), self.scale);
+        if let Some(bias) = &self.bias {
+            let [sb, sh, si, sj] = bias.strides;
+            let base = bias.offset + (bh / heads) * sb + (bh % heads) * sh;
+            for (r, row) in s.chunks_exact_mut(bc).enumerate() {
+                let at = base + (rows.start + r) * si + cols.start * sj;
+                for (c, x) in row.iter_mut().enumerate() {
+                    *x = *x + bias.data[at + c * sj];
+                }
+            }
+        }
+        if self.causal && cols.end > rows.start + 1 {
+            for (r, row) in s.chunks_exact_mut(bc).enumerate() {
+                // Keys j > i are hidden: columns from i + 1 - cols.start on.
+                let first_hidden = (rows.start + r + 1).saturating_sub(cols.start).min(bc);
+                row[first_hidden..].fill(C::neg_infinity());
+            }
+        }
+    }
+}
+
+/// A matrix operand of a tile product: a slice and its row and column strides.
+#[derive(Clone, Copy)]
+pub(super) struct Mat<'a, C> {
+    data: &'a [C],
+    rs: usize,
+    cs: usize,
+}
+
+impl<'a, C> Mat<'a, C> {
+    /// Row-major rows of `width` elements.
+    pub fn rows(data: &'a [C], width: usize) -> Self {
+        Mat { data, rs: width, cs: 1 }
+    }
+    /// The transpose of row-major rows of `width` elements.
+    pub fn cols(data: &'a [C], width: usize) -> Self {
+        Mat { data, rs: 1, cs: width }
+    }
+    /// Panics unless `rows x cols` elements with these strides lie inside the slice (what
+    /// makes the `gemm` call below sound).
+    fn check(&self, rows: usize, cols: usize) {
+        if rows > 0 && cols > 0 {
+            assert!((rows - 1) * self.rs + (cols - 1) * self.cs < self.data.len(), "tile operand out of bounds");
+        }
+    }
+}
+
+/// `dst = alpha · a b`, or `dst += alpha · a b` when `accumulate`: `dst` is `m x n`
+/// row-major (row stride `n`), `a` is `m x k`, `b` `k x n`.
+pub(super) fn tile_product<C: Compute>(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [C],
+    accumulate: bool,
+    a: Mat<C>,
+    b: Mat<C>,
+    alpha: C,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(dst.len() >= m * n, "tile product destination too small");
+    a.check(m, k);
+    b.check(k, n);
+    if k == 0 {
+        if !accumulate {
+            dst[..m * n].fill(C::zero());
+        }
+        return;
+    }
+    // SAFETY: `check` verified that every element `a` (m x k) and `b` (k x n) address lies in
+    // their slices, and `dst` holds m x n row-major elements; the slices do not overlap (one
+    // is borrowed mutably).
+    unsafe {
+        gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.data.as_ptr(),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr(),
+            b.cs as isize,
+            b.rs as isize,
+            C::one(),
+            alpha,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        )
+    };
+}
+
+/// `dst += alpha · a b` (see [`tile_product`]).
+pub(super) fn tile_product_add<C: Compute>(mnk: (usize, usize, usize), dst: &mut [C], a: Mat<C>, b: Mat<C>, alpha: C) {
+    tile_product(mnk, dst, true, a, b, alpha)
+}
+
+/// Input `i` contiguous in the compute type: borrowed for f32 / f64, converted for halves.
+fn compute_input<'a, C: Compute>((s, l): (&'a CpuStorage, &Layout)) -> Result<Cow<'a, [C]>> {
+    let owned = |s: CpuStorage| -> Result<Cow<'a, [C]>> {
+        match s {
+            CpuStorage::F32(v) if C::is_f32() => Ok(Cow::Owned(bytemuck_vec(v))),
+            CpuStorage::F64(v) if !C::is_f32() => Ok(Cow::Owned(bytemuck_vec(v))),
+            s => Err(Error::Msg(format!("internal: attention computes {} in the wrong type", s.dtype()))),
+        }
+    };
+    match s {
+        CpuStorage::F32(v) if C::is_f32() => Ok(cast_cow(contiguous_slice(v, l)?)),
+        CpuStorage::F64(v) if !C::is_f32() => Ok(cast_cow(contiguous_slice(v, l)?)),
+        CpuStorage::F16(_) | CpuStorage::BF16(_) => owned(s.to_dtype(l, DType::F32)?),
+        s => Err(Error::UnsupportedDType { op: "scaled_dot_product_attention", dtype: s.dtype(), hint: "" }),
+    }
+}
+
+/// Whether the compute type is f32 (else f64).
+trait IsF32 {
+    fn is_f32() -> bool;
+}
+impl<C: 'static> IsF32 for C {
+    fn is_f32() -> bool {
+        std::any::TypeId::of::<C>() == std::any::TypeId::of::<f32>()
+    }
+}
+
+/// A `Vec<T>` as a `Vec<C>` where both are the same type (checked by `TypeId`).
+fn bytemuck_vec<T: 'static, C: 'static>(v: Vec<T>) -> Vec<C> {
+    assert_eq!(std::any::TypeId::of::<T>(), std::any::TypeId::of::<C>(), "same compute type");
+    let mut v = std::mem::ManuallyDrop::new(v);
+    // SAFETY: T and C are the same type (asserted above), so the allocation, length and
+    // capacity are valid for a Vec<C>.
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr() as *mut C, v.len(), v.capacity()) }
+}
+
+fn cast_cow<'a, T: Clone + 'static, C: Clone + 'static>(c: Cow<'a, [T]>) -> Cow<'a, [C]> {
+    assert_eq!(std::any::TypeId::of::<T>(), std::any::TypeId::of::<C>(), "same compute type");
+    match c {
+        // SAFETY: T and C are the same type (asserted above).
+        Cow::Borrowed(s) => Cow::Borrowed(unsafe { std::slice::from_raw_parts(s.as_ptr() as *const C, s.len()) }),
+        Cow::Owned(v) => Cow::Owned(bytemuck_vec(v)),
+    }
+}
+
+/// The lengths input as valid keys per batch element, clamped to `nk`; all of `nk` without.
+fn lengths(input: Option<(&CpuStorage, &Layout)>, dims: &Dims) -> Result<Vec<usize>> {
+    let Some((s, l)) = input else { return Ok(vec![dims.nk; dims.batch]) };
+    match s {
+        CpuStorage::U32(v) => Ok(contiguous_slice(v, l)?.iter().map(|&x| (x as usize).min(dims.nk)).collect()),
+        s => Err(Error::Msg(format!("internal: attention lengths are u32, got {}", s.dtype()))),
+    }
+}
+
+fn bias<'a, C: Compute>((s, l): (&'a CpuStorage, &Layout)) -> Result<Bias<'a, C>> {
+    if l.storage_extent() > s.len() || l.dims().len() != 4 {
+        return Err(Error::Msg(format!("internal: attention bias layout {l:?} does not fit its storage")));
+    }
+    let whole = Layout::contiguous(s.len());
+    let data = compute_input((s, &whole))?;
+    let st = l.strides();
+    Ok(Bias { data, offset: l.start_offset(), strides: [st[0], st[1], st[2], st[3]] })
+}
+
+/// The problem of `op` over q, k, v (the first three of `inputs`) and its mask inputs at
+/// `lengths_at` and `bias_at`.
+pub(super) fn problem<'a, C: Compute>(
+    op: &Attention,
+    inputs: &[(&'a CpuStorage, &Layout)],
+    (lengths_at, bias_at): (Option<usize>, Option<usize>),
+) -> Result<Problem<'a, C>> {
+    let dims = Dims::of(inputs[0].1.dims(), inputs[1].1.dims(), inputs[2].1.dims());
+    Ok(Problem {
+        dims,
+        q: compute_input(inputs[0])?,
+        k: compute_input(inputs[1])?,
+        v: compute_input(inputs[2])?,
+        scale: C::c(op.scale),
+        causal: op.causal,
+        lengths: lengths(lengths_at.map(|i| inputs[i]), &dims)?,
+        bias: bias_at.map(|i| bias(inputs[i])).transpose()?,
+    })
+}
+
+/// A result computed in `C` as a storage of `dtype` (rounded once for halves).
+pub(super) fn store<C: Compute>(v: Vec<C>, dtype: DType) -> Result<CpuStorage> {
+    if C::is_f32() {
+        let v: Vec<f32> = bytemuck_vec(v);
+        Ok(match dtype {
+            DType::F16 => CpuStorage::F16(v.into_iter().map(f16::from_f32).collect()),
+            DType::BF16 => CpuStorage::BF16(v.into_iter().map(bf16::from_f32).collect()),
+            _ => CpuStorage::F32(v),
+        })
+    } else {
+        Ok(CpuStorage::F64(bytemuck_vec(v)))
+    }
+}
+
+/// Whether `dtype` computes in f64 (else f32).
+pub(super) fn wide(inputs: &[(&CpuStorage, &Layout)]) -> Result<(DType, bool)> {
+    let dtype = inputs[0].0.dtype();
+    match dtype {
+        DType::F64 => Ok((dtype, true)),
+        DType::F32 | DType::F16 | DType::BF16 => Ok((dtype, false)),
+        _ => Err(Error::UnsupportedDType { op: "scaled_dot_product_attention", dtype, hint: ": use a float dtype" }),
+    }
+}
+
+pub(crate) fn forward(op: &Attention, inputs: &[(&CpuStorage, &Layout)]) -> Result<Option<Vec<CpuStorage>>> {
+    let at = (op.lengths_input(), op.bias_input());
+    let (dtype, f64_math) = wide(inputs)?;
+    let (o, lse) = if f64_math {
+        let (o, lse) = super::cpu_forward::run(&problem::<f64>(op, inputs, at)?)?;
+        (store(o, dtype)?, store(lse, DType::F64)?)
+    } else {
+        let (o, lse) = super::cpu_forward::run(&problem::<f32>(op, inputs, at)?)?;
+        (store(o, dtype)?, store(lse, DType::F32)?)
+    };
+    Ok(Some(vec![o, lse]))
+}
+
+pub(crate) fn backward(op: &AttentionBackward, inputs: &[(&CpuStorage, &Layout)]) -> Result<Option<Vec<CpuStorage>>> {
+    let (dtype, f64_math) = wide(inputs)?;
+    let grads = if f64_math {
+        super::cpu_backward::run::<f64>(op, inputs)?.into_iter().map(|g| store(g, dtype)).collect::<Result<_>>()?
+    } else {
+        super::cpu_backward::run::<f32>(op, inputs)?.into_iter().map(|g| store(g, dtype)).collect::<Result<_>>()?
+    };
+    Ok(Some(grads))
+}
+
+/// The saved inputs of the backward (o, do, lse) contiguous in `C`.
+pub(super) fn compute_slice<'a, C: Compute>(input: (&'a CpuStorage, &Layout)) -> Result<Cow<'a, [C]>> {
+    compute_input(input)
 }

@@ -5,7 +5,7 @@
 //!
 //! - `Attention` is the forward (output `[B, H, Nq, Dv]`, saved log-sum-exp `[B, H, Nq]`);
 //!   `AttentionBackward` its gradient (dq, then dk, dv and the bias gradient as extra outputs).
-//! - CPU kernels: `cpu.rs`; GPU programs (CUDA and WGSL): `gpu.rs`; the naive composition of
+//! - CPU kernels: `cpu.rs` (shared parts), `cpu_forward.rs`, `cpu_backward.rs`; GPU programs (CUDA and WGSL): `gpu.rs`; the naive composition of
 //!   primitives, used where a backend has no kernel and as the tests' reference: `compose.rs`.
 //!
 //! Semantics follow `torch.nn.functional.scaled_dot_product_attention`: causal masks are
@@ -14,6 +14,8 @@
 
 mod compose;
 pub(crate) mod cpu;
+mod cpu_backward;
+mod cpu_forward;
 pub(crate) mod gpu;
 
 use std::sync::Arc;
@@ -170,7 +172,11 @@ impl Attention {
         for t in [q, k, v] {
             t.expect_rank(OP, 4)?;
             if !t.dtype().is_float() {
-                return Err(Error::UnsupportedDType { op: OP, dtype: t.dtype(), hint: ": attention needs a float dtype" });
+                return Err(Error::UnsupportedDType {
+                    op: OP,
+                    dtype: t.dtype(),
+                    hint: ": attention needs a float dtype",
+                });
             }
         }
         for t in [k, v] {
@@ -179,7 +185,8 @@ impl Attention {
             }
         }
         let (qd, kd, vd) = (q.dims(), k.dims(), v.dims());
-        let mismatch = |a: &Tensor, b: &Tensor| Error::ShapeMismatch { op: OP, lhs: a.shape().clone(), rhs: b.shape().clone() };
+        let mismatch =
+            |a: &Tensor, b: &Tensor| Error::ShapeMismatch { op: OP, lhs: a.shape().clone(), rhs: b.shape().clone() };
         if kd[..2] != qd[..2] || kd[3] != qd[3] {
             return Err(mismatch(q, k));
         }
@@ -282,7 +289,8 @@ impl FusedOp for AttentionBackward {
 
     fn saved(&self, inputs: &[&Tensor]) -> Result<Vec<(Shape, DType)>> {
         let d = self.dims(inputs)?;
-        let mut out = vec![(inputs[1].shape().clone(), inputs[1].dtype()), (inputs[2].shape().clone(), inputs[2].dtype())];
+        let mut out =
+            vec![(inputs[1].shape().clone(), inputs[1].dtype()), (inputs[2].shape().clone(), inputs[2].dtype())];
         if self.bias_grad {
             out.push((Shape::from(vec![d.batch, d.heads, d.nq, d.nk]), inputs[0].dtype()));
         }

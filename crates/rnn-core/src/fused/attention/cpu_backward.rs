@@ -1,0 +1,249 @@
+//! The backward on the CPU (FlashAttention-2): `delta = rowsum(dO ∘ O)` first, then one
+//! task per (batch, head, group of key tiles). For each key tile the task walks the query
+//! tiles that can see it, recomputes the scores and `P = exp(S - lse)` from the saved
+//! log-sum-exp, and accumulates `dV += Pᵀ dO`, `dS = P ∘ (dO Vᵀ - delta)`,
+//! `dK += scale · dSᵀ Q` in the task's own rows of dk / dv, and `dQ += scale · dS K`.
+//!
+//! dQ sums over every key tile, so tasks that share a head would race on it. Where there
+//! are at least as many heads (batch x heads) as threads, a head is one task and adds into
+//! its dq rows directly: no extra memory, no extra work. With fewer heads than threads, a
+//! head's key tiles are split into groups (balanced by the number of query rows that see
+//! them, which causality makes uneven), each adding into a private `Nq x D` dQ that is
+//! summed at the end: O(threads · N · D) extra memory, instead of the second pass over
+//! query tiles (recomputing S and dP, 40% more multiply-adds) the alternative needs.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use super::cpu::{compute_slice, problem, tile_product, tile_product_add, Compute, Mat, Problem, BC, BR};
+use super::{AttentionBackward, Dims};
+use crate::cpu::parallel::zeroed_vec;
+use crate::cpu::simd::{map_slice, zip_slice};
+use crate::cpu::CpuStorage;
+use crate::{Layout, Result};
+
+/// Multiply-adds below which the backward runs on the calling thread.
+const PAR_FLOPS: usize = 1 << 18;
+
+/// What every task reads: dO, the saved log-sum-exp, delta; and the bias gradient it
+/// writes.
+struct Saved<'a, C> {
+    d_o: &'a [C],
+    lse: &'a [C],
+    delta: &'a [C],
+    dbias: Option<SharedRows<C>>,
+}
+
+/// The `[B, H, Nq, Nk]` bias gradient, written by several tasks at once: each writes only
+/// the columns of its own key tiles, so no element is written twice.
+struct SharedRows<C> {
+    ptr: *mut C,
+    len: usize,
+}
+
+// SAFETY: tasks write disjoint elements (see `write`), and the buffer outlives them.
+unsafe impl<C: Send> Sync for SharedRows<C> {}
+
+impl<C: Copy> SharedRows<C> {
+    /// Copies `src` to elements `at..at + src.len()`.
+    ///
+    /// SAFETY: no other task may access these elements at the same time.
+    unsafe fn write(&self, at: usize, src: &[C]) {
+        assert!(at + src.len() <= self.len, "bias gradient row out of bounds");
+        // SAFETY: in bounds (asserted); exclusive by the caller's guarantee.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(at), src.len()) };
+    }
+}
+
+/// Per-thread scratch: scores (then dS), probabilities, dP.
+struct Scratch<C> {
+    s: Vec<C>,
+    p: Vec<C>,
+    dp: Vec<C>,
+}
+
+impl<C: Compute> Scratch<C> {
+    fn new() -> Self {
+        Scratch { s: vec![C::zero(); BR * BC], p: vec![C::zero(); BR * BC], dp: vec![C::zero(); BR * BC] }
+    }
+}
+
+/// One task: the keys `keys` of head `bh`, their rows of dk and dv, and the dQ it adds into
+/// (the head's rows of dq, or `None` for a private one).
+struct Task<'a, C> {
+    bh: usize,
+    keys: Range<usize>,
+    dk: &'a mut [C],
+    dv: &'a mut [C],
+    dq: Option<&'a mut [C]>,
+}
+
+/// dq, dk, dv (and the bias gradient when asked), contiguous, in `C`.
+pub(super) fn run<C: Compute>(op: &AttentionBackward, inputs: &[(&CpuStorage, &Layout)]) -> Result<Vec<Vec<C>>> {
+    let p = problem::<C>(&op.fwd, inputs, (op.lengths_input(), op.bias_input()))?;
+    let (o, d_o, lse) =
+        (compute_slice::<C>(inputs[3])?, compute_slice::<C>(inputs[4])?, compute_slice::<C>(inputs[5])?);
+    let Dims { batch, heads, nq, nk, d, dv } = p.dims;
+    let n_heads = batch * heads;
+    let delta: Vec<C> = if dv == 0 {
+        vec![C::zero(); n_heads * nq]
+    } else {
+        o.chunks_exact(dv).zip(d_o.chunks_exact(dv)).map(|(a, b)| dot(a, b)).collect()
+    };
+    let mut dq = zeroed_vec::<C>(n_heads * nq * d)?;
+    let mut dk = zeroed_vec::<C>(n_heads * nk * d)?;
+    let mut dvs = zeroed_vec::<C>(n_heads * nk * dv)?;
+    let mut dbias = zeroed_vec::<C>(if op.bias_grad { n_heads * nq * nk } else { 0 })?;
+    let shared = op.bias_grad.then(|| SharedRows { ptr: dbias.as_mut_ptr(), len: dbias.len() });
+    let saved = Saved { d_o: &d_o, lse: &lse, delta: &delta, dbias: shared };
+    let groups =
+        if n_heads >= rayon::current_num_threads() { 1 } else { rayon::current_num_threads().div_ceil(n_heads.max(1)) };
+    let tasks = split_tasks(&p, groups, &mut dq, &mut dk, &mut dvs);
+    let work = n_heads * nq * nk * (2 * d + 2 * dv);
+    let private: Vec<(usize, Vec<C>)> = if work < PAR_FLOPS {
+        let mut scratch = Scratch::new();
+        tasks.into_iter().map(|t| key_group(&p, &saved, t, &mut scratch)).collect::<Result<Vec<_>>>()?
+    } else {
+        let run = |scratch: &mut Scratch<C>, t| key_group(&p, &saved, t, scratch);
+        tasks.into_par_iter().map_init(Scratch::new, run).collect::<Result<Vec<_>>>()?
+    }
+    .into_iter()
+    .flatten()
+    .collect();
+    for (bh, part) in private {
+        let rows = &mut dq[bh * nq * d..][..nq * d];
+        rows.iter_mut().zip(&part).for_each(|(a, &b)| *a = *a + b);
+    }
+    let mut grads = vec![dq, dk, dvs];
+    if op.bias_grad {
+        grads.push(dbias);
+    }
+    Ok(grads)
+}
+
+fn dot<C: Compute>(a: &[C], b: &[C]) -> C {
+    a.iter().zip(b).fold(C::zero(), |acc, (&x, &y)| acc + x * y)
+}
+
+/// The tasks: each head's key tiles in `groups` groups of about equal work, with their
+/// disjoint rows of dk and dv, and the head's dq rows when a head is one group.
+fn split_tasks<'a, C: Compute>(
+    p: &Problem<C>,
+    groups: usize,
+    dq: &'a mut [C],
+    mut dk: &'a mut [C],
+    mut dv: &'a mut [C],
+) -> Vec<Task<'a, C>> {
+    let Dims { batch, heads, nq, nk, d, dv: width_v } = p.dims;
+    let mut dq_rows = dq.chunks_mut((nq * d).max(1));
+    let mut tasks = Vec::new();
+    for bh in 0..batch * heads {
+        let bounds = group_bounds(p, groups, nk);
+        let mut own_dq = if groups == 1 { dq_rows.next() } else { None };
+        for keys in bounds.windows(2).map(|w| w[0]..w[1]) {
+            let (k_part, k_rest) = std::mem::take(&mut dk).split_at_mut(keys.len() * d);
+            let (v_part, v_rest) = std::mem::take(&mut dv).split_at_mut(keys.len() * width_v);
+            (dk, dv) = (k_rest, v_rest);
+            tasks.push(Task { bh, keys, dk: k_part, dv: v_part, dq: own_dq.take() });
+        }
+    }
+    tasks
+}
+
+/// Key positions splitting `0..nk` into at most `groups` ranges of whole tiles with about
+/// the same number of (query row, key tile) pairs each.
+fn group_bounds<C: Compute>(p: &Problem<C>, groups: usize, nk: usize) -> Vec<usize> {
+    let tiles = nk.div_ceil(BC);
+    let rows_seeing = |t: usize| if p.causal { p.dims.nq.saturating_sub(t * BC) } else { p.dims.nq };
+    let total: usize = (0..tiles).map(rows_seeing).sum();
+    let mut bounds = vec![0];
+    let mut acc = 0;
+    for t in 0..tiles {
+        acc += rows_seeing(t);
+        let done = bounds.len();
+        if done < groups && acc * groups >= total * done && t + 1 < tiles {
+            bounds.push((t + 1) * BC);
+        }
+    }
+    bounds.push(nk);
+    bounds
+}
+
+/// The gradients of one task's keys; its private dQ when it has no dq rows of its own.
+fn key_group<C: Compute>(
+    p: &Problem<C>,
+    saved: &Saved<C>,
+    t: Task<C>,
+    scratch: &mut Scratch<C>,
+) -> Result<Option<(usize, Vec<C>)>> {
+    let Dims { heads, nq, d, .. } = p.dims;
+    let mut private = Vec::new();
+    let dq = match t.dq {
+        Some(rows) => rows,
+        None => {
+            private = zeroed_vec::<C>(nq * d)?;
+            &mut private[..]
+        }
+    };
+    let valid_end = t.keys.end.min(p.lengths[t.bh / heads]);
+    for start in (t.keys.start..valid_end).step_by(BC) {
+        let cols = start..(start + BC).min(valid_end);
+        let at = cols.start - t.keys.start;
+        let dk = &mut t.dk[at * d..][..cols.len() * d];
+        let dv = &mut t.dv[at * p.dims.dv..][..cols.len() * p.dims.dv];
+        key_tile(p, saved, t.bh, &cols, (dq, dk, dv), scratch);
+    }
+    Ok((!private.is_empty()).then_some((t.bh, private)))
+}
+
+/// Accumulates the gradients of key tile `cols` of head `bh` over every query tile that can
+/// see it.
+fn key_tile<C: Compute>(
+    p: &Problem<C>,
+    saved: &Saved<C>,
+    bh: usize,
+    cols: &Range<usize>,
+    (dq, dk, dv): (&mut [C], &mut [C], &mut [C]),
+    scratch: &mut Scratch<C>,
+) {
+    let Dims { nq, nk, d, dv: width_v, .. } = p.dims;
+    let bc = cols.len();
+    let k = &p.k[(bh * nk + cols.start) * d..][..bc * d];
+    let v = &p.v[(bh * nk + cols.start) * width_v..][..bc * width_v];
+    // Causal: rows before the tile's first key see none of it.
+    let first_row = if p.causal { cols.start } else { 0 };
+    for start in (first_row..nq).step_by(BR) {
+        let rows = start..(start + BR).min(nq);
+        let br = rows.len();
+        let Scratch { s, p: probs, dp } = scratch;
+        let (s, probs, dp) = (&mut s[..br * bc], &mut probs[..br * bc], &mut dp[..br * bc]);
+        p.scores(bh, &rows, cols, s);
+        let row0 = bh * nq + rows.start;
+        for (r, (srow, prow)) in s.chunks_exact(bc).zip(probs.chunks_exact_mut(bc)).enumerate() {
+            let lse = saved.lse[row0 + r];
+            if lse == C::neg_infinity() {
+                prow.fill(C::zero()); // a fully masked row
+            } else {
+                map_slice(srow, prow, &|x: C| (x - lse).vexp());
+            }
+        }
+        let d_o = &saved.d_o[row0 * width_v..][..br * width_v];
+        tile_product_add((bc, width_v, br), dv, Mat::cols(probs, bc), Mat::rows(d_o, width_v), C::one());
+        tile_product((br, bc, width_v), dp, false, Mat::rows(d_o, width_v), Mat::cols(v, width_v), C::one());
+        // dS = P ∘ (dP - delta), into the score tile.
+        for (r, ((srow, prow), dprow)) in
+            s.chunks_exact_mut(bc).zip(probs.chunks_exact(bc)).zip(dp.chunks_exact(bc)).enumerate()
+        {
+            let delta = saved.delta[row0 + r];
+            zip_slice(prow, dprow, srow, &|pv: C, dpv: C| pv * (dpv - delta));
+            if let Some(dbias) = &saved.dbias {
+                // SAFETY: only the task owning key tile `cols` of head `bh` writes these columns.
+                unsafe { dbias.write((row0 + r) * nk + cols.start, srow) };
+            }
+        }
+        let q = &p.q[row0 * d..][..br * d];
+        tile_product_add((bc, d, br), dk, Mat::cols(s, bc), Mat::rows(q, d), p.scale);
+        tile_product_add((br, d, bc), &mut dq[rows.start * d..][..br * d], Mat::rows(s, bc), Mat::rows(k, d), p.scale);
+    }
+}

@@ -355,3 +355,47 @@ fn errors(device: Device) -> Result<()> {
     Ok(())
 }
 test_device!(errors_test, errors);
+
+/// The cases of `golden/attention.json` (PyTorch's `scaled_dot_product_attention` in f64,
+/// written by `golden/attention_fixtures.py`), in f32 and, where the device has it, f64.
+fn golden_fixtures(device: Device) -> Result<()> {
+    use rnn_testutil::golden::{check_outputs_and_grads, get, run_cases, tensor, Check};
+    let doc: serde_json::Value = serde_json::from_str(include_str!("golden/attention.json")).expect("attention.json");
+    let cases = doc["cases"].as_array().expect("cases").clone();
+    for dtype in floats(device).into_iter().filter(|d| matches!(d, DType::F32 | DType::F64)) {
+        let run = |c: &serde_json::Value| -> Check<f64> {
+            let e = |e: rnn_core::Error| e.to_string();
+            let inputs = get(c, "inputs")?;
+            let bias_grad = c["bias_grad"].as_bool().unwrap_or(false);
+            let mut vars = Vec::new();
+            for name in ["q", "k", "v"] {
+                vars.push((name.to_string(), tensor(get(inputs, name)?, dtype, device)?.requires_grad()));
+            }
+            let bias = match inputs.get("bias") {
+                Some(b) => {
+                    let t = tensor(b, dtype, device)?;
+                    let t = if bias_grad { t.requires_grad() } else { t };
+                    vars.push(("bias".to_string(), t.clone()));
+                    Some(t)
+                }
+                None => None,
+            };
+            let lengths = match c["lengths"].as_array() {
+                Some(l) => {
+                    let l: Vec<u32> = l.iter().map(|x| x.as_u64().unwrap_or(0) as u32).collect();
+                    let n = l.len();
+                    Some(Tensor::from_vec(l, n, device).map_err(e)?)
+                }
+                None => None,
+            };
+            let mask = AttentionMask { causal: c["causal"].as_bool().unwrap_or(false), key_lengths: lengths, bias };
+            let o = scaled_dot_product_attention(&vars[0].1, &vars[1].1, &vars[2].1, &mask, c["scale"].as_f64())
+                .map_err(e)?;
+            let tol = tolerance(dtype);
+            check_outputs_and_grads(c, &[("o", &o)], &vars, tol_on(device, tol.result), tol_on(device, tol.grad))
+        };
+        run_cases(&format!("attention {dtype} on {device}"), &cases, run);
+    }
+    Ok(())
+}
+test_device!(golden_fixtures_test, golden_fixtures);

@@ -18,6 +18,8 @@ GOALS = [
     ("sum_16M", ">=", 1.0),
     ("mlp_", "<=", 0.7),
     ("train_", "<=", 0.7),
+    ("attn_", ">=", 1.0),
+    ("attnmem_", "<=", 1.0),
 ]
 COLUMNS = ["name", "metric", "ours", "torch", "ratio", "goal", "met?"]
 HEADER = ("ratio = ours / torch on the metric as-is: for GFLOP/s and GB/s > 1 means "
@@ -48,7 +50,7 @@ def load_best(paths):
     best = {}
     for path in paths.split(","):
         for name, rec in load(path).items():
-            lower = rec.get("higher_is_better") is False or rec["metric"] == "ms"
+            lower = rec.get("higher_is_better") is False or rec["metric"] in ("ms", "MB")
             old = best.get(name)
             if old is None or (rec["value"] < old["value"] if lower else rec["value"] > old["value"]):
                 best[name] = rec

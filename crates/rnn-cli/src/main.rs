@@ -1,5 +1,6 @@
 //! The `rnn` command: `devices`, `bench cpu`, `train`.
 
+mod bench_attention;
 mod bench_cpu;
 mod bench_engine;
 mod bench_gpu;
@@ -7,6 +8,10 @@ mod bench_train;
 mod devices;
 mod timing;
 mod train;
+
+/// Counts heap bytes, for the peak-memory column of `rnn bench attention`.
+#[global_allocator]
+static ALLOC: bench_attention::CountingAlloc = bench_attention::CountingAlloc;
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -47,6 +52,9 @@ enum BenchSuite {
     /// A GPU against its references in one run: op overhead, MLP training step and matmul vs
     /// the CPU backend; AdamW and memory-bound ops vs a device-to-device copy.
     Gpu(GpuBenchArgs),
+    /// Fused scaled dot-product attention on the CPU, forward and forward + backward: time,
+    /// GFLOP/s and peak extra memory (bench/attention_bench.py is the PyTorch twin).
+    Attention(CpuBenchArgs),
 }
 
 /// Options every benchmark suite takes.
@@ -117,6 +125,7 @@ fn run(command: Command) -> CliResult<ExitCode> {
         Command::Bench(BenchSuite::Cpu(args)) => bench_cpu(&args)?,
         Command::Bench(BenchSuite::Train(args)) => bench_train(&args)?,
         Command::Bench(BenchSuite::Gpu(args)) => bench_gpu(&args)?,
+        Command::Bench(BenchSuite::Attention(args)) => bench_attention(&args)?,
         Command::Train(args) => train::run(&args)?,
     }
     Ok(ExitCode::SUCCESS)
@@ -125,6 +134,12 @@ fn run(command: Command) -> CliResult<ExitCode> {
 fn bench_cpu(args: &CpuBenchArgs) -> CliResult<()> {
     let sizes = if args.options.quick { bench_cpu::Sizes::QUICK } else { bench_cpu::Sizes::FULL };
     run_bench(&args.options, |out| bench_cpu::run(sizes, args.options.quick, out))
+}
+
+fn bench_attention(args: &CpuBenchArgs) -> CliResult<()> {
+    let quick = args.options.quick;
+    let sizes = if quick { bench_attention::AttentionSizes::QUICK } else { bench_attention::AttentionSizes::FULL };
+    run_bench(&args.options, |out| bench_attention::run(sizes, quick, out))
 }
 
 fn bench_train(args: &TrainBenchArgs) -> CliResult<()> {

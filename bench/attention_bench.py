@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""PyTorch twin of `rnn bench attention`: torch.nn.functional.scaled_dot_product_attention on
+the CPU, forward and forward + backward, B=4 H=8 D=64, N in 256/1024/4096, causal and not,
+f32; same timing (1 warm-up call, then >= 0.5 s and >= 3 calls, median), names and JSON.
+
+Peak extra memory: torch's CPU allocator is not counted by Python, so the peak resident set
+is used: /proc/self/clear_refs resets VmHWM, one call runs, and VmHWM - VmRSS(before) is its
+peak growth (Linux only). glibc would serve a call's buffers from memory freed by the calls
+before it (already resident, so invisible), so the memory is measured in a child process with
+MALLOC_MMAP_THRESHOLD_=65536: every buffer above 64 KiB is then mapped on allocation and
+unmapped on free, and the resident peak is the peak of live buffers (to a page). The timing
+runs in this process, with the allocator as installed.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+B, H, D = 4, 8, 64
+
+
+def time_call(fn, warmup=1, min_time=0.5, min_calls=3):
+    for _ in range(warmup):
+        fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_calls or time.perf_counter() - start < min_time:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def status_kb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def peak_extra_bytes(fn):
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current resident set
+    before = status_kb("VmRSS")
+    fn()
+    return max(0, status_kb("VmHWM") - before) * 1024
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.memory_child:
+        return memory_child(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    lengths = (64, 256) if args.quick else (256, 1024, 4096)
+    peaks = memory_in_child(args)
+    print(f"torch {torch.__version__} attention benchmark (CPU, f32, B={B} H={H} D={D}), threads={threads}")
+    print(f"{'name':<30} {'ms/call':>10} {'GFLOP/s':>10} {'peak MB':>12}")
+    print("-" * 66)
+    records = []
+    for name, fl, fn in workloads(lengths):
+        s = time_call(fn)
+        peak = peaks[name]
+        gflops = fl / s / 1e9
+        print(f"{name:<30} {s * 1e3:>10.2f} {gflops:>10.2f} {peak / 1e6:>12.2f}", flush=True)
+        rec = {"suite": "attention", "threads": threads}
+        records.append({**rec, "name": name, "metric": "GFLOP/s", "value": gflops, "higher_is_better": True})
+        records.append({**rec, "name": name.replace("attn_", "attnmem_", 1), "metric": "MB",
+                        "value": peak / 1e6, "higher_is_better": False})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
+
+
+def memory_in_child(args):
+    """{name: peak extra bytes}, measured by this script in a child process (see the top)."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--memory-child"]
+    cmd += ["--threads", str(torch.get_num_threads())] + (["--quick"] if args.quick else [])
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def memory_child(args):
+    torch.set_num_threads(args.threads)
+    lengths = (64, 256) if args.quick else (256, 1024, 4096)
+    peaks = {}
+    for name, _, fn in workloads(lengths):
+        fn()  # warm-up: thread pool, lazily built state
+        peaks[name] = peak_extra_bytes(fn)
+    print(json.dumps(peaks))
+
+
+def workloads(lengths):
+    """(name, flops, fn) of every workload."""
+    torch.manual_seed(0)
+    for n in lengths:
+        q, k, v = (torch.randn(B, H, n, D) for _ in range(3))
+        for causal in (False, True):
+            tag = f"n{n}{'_causal' if causal else ''}"
+            flops = 4.0 * B * H * D * n * n / (2 if causal else 1)
+
+            def forward():
+                with torch.no_grad():
+                    F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+            def both():
+                qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal).sum().backward()
+
+            yield f"attn_fwd_{tag}", flops, forward
+            yield f"attn_fwdbwd_{tag}", 3.5 * flops, both
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+//! `rnn bench attention`: fused scaled dot-product attention on the CPU, forward and
+//! forward + backward, at the sizes of `bench/attention_bench.py` (B = 4, H = 8, D = 64,
+//! N in 256 / 1024 / 4096, causal and not, f32): time, GFLOP/s and the peak extra heap
+//! memory of one call, counted by this binary's allocator ([`CountingAlloc`]).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use rnn::{scaled_dot_product_attention, AttentionMask, DType, Device, NoGradGuard, Tensor};
+
+use crate::bench_cpu::Record;
+use crate::timing::{time_call, TimingConfig};
+use crate::CliResult;
+
+/// The system allocator, counting live and peak bytes (two relaxed atomic adds per call:
+/// no measurable cost next to the allocations themselves).
+pub struct CountingAlloc;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+impl CountingAlloc {
+    fn count(size: usize) {
+        let now = LIVE.fetch_add(size, Relaxed) + size;
+        PEAK.fetch_max(now, Relaxed);
+    }
+}
+
+// SAFETY: every call goes to the system allocator unchanged; only sizes are counted.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            Self::count(layout.size());
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as above.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            Self::count(layout.size());
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Relaxed);
+    }
+}
+
+/// The peak of live heap bytes above those live before `f`, while `f` runs.
+fn peak_extra<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let base = LIVE.load(Relaxed);
+    PEAK.store(base, Relaxed);
+    let out = f();
+    (out, PEAK.load(Relaxed).saturating_sub(base))
+}
+
+const BATCH: usize = 4;
+const HEADS: usize = 8;
+const D: usize = 64;
+const NAME_WIDTH: usize = 30;
+
+/// Sequence lengths and timing of one run.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionSizes {
+    pub lengths: &'static [usize],
+    pub timing: TimingConfig,
+}
+
+impl AttentionSizes {
+    /// The sizes of `bench/attention_bench.py`; one warm-up call and three timed ones (a
+    /// forward + backward at N = 4096 is seconds long on a few cores).
+    pub const FULL: AttentionSizes = AttentionSizes {
+        lengths: &[256, 1024, 4096],
+        timing: TimingConfig { warmup_calls: 1, min_seconds: 0.5, min_calls: 3 },
+    };
+    pub const QUICK: AttentionSizes = AttentionSizes { lengths: &[64, 256], timing: TimingConfig::QUICK };
+}
+
+/// Multiply-adds x 2 of the forward (`q kᵀ` and `p v`), halved by a causal mask.
+fn forward_flops(n: usize, causal: bool) -> f64 {
+    let full = 4.0 * (BATCH * HEADS * D) as f64 * (n * n) as f64;
+    if causal {
+        full / 2.0
+    } else {
+        full
+    }
+}
+
+/// Runs every workload, printing a line per result to `out`.
+pub fn run(sizes: AttentionSizes, quick: bool, out: &mut dyn Write) -> CliResult<Vec<Record>> {
+    let threads = rayon::current_num_threads();
+    writeln!(
+        out,
+        "rnn {} attention benchmark (CPU, f32, B={BATCH} H={HEADS} D={D}), threads={threads}",
+        env!("CARGO_PKG_VERSION")
+    )?;
+    if quick {
+        writeln!(out, "quick mode: reduced sizes and times, numbers are not comparable to a full run")?;
+    }
+    writeln!(out, "{:<NAME_WIDTH$} {:>10} {:>10} {:>12} {:>6}", "name", "ms/call", "GFLOP/s", "peak MB", "calls")?;
+    writeln!(out, "{}", "-".repeat(NAME_WIDTH + 44))?;
+    rnn::manual_seed(0);
+    let mut records = Vec::new();
+    for &n in sizes.lengths {
+        let randn = || Tensor::randn(0.0, 1.0, (BATCH, HEADS, n, D), DType::F32, Device::Cpu);
+        let (q, k, v) = (randn()?, randn()?, randn()?);
+        for causal in [false, true] {
+            let mask = if causal { AttentionMask::causal() } else { AttentionMask::none() };
+            let tag = format!("n{n}{}", if causal { "_causal" } else { "" });
+            let forward = || -> rnn::Result<()> {
+                let _no_grad = NoGradGuard::new();
+                scaled_dot_product_attention(&q, &k, &v, &mask, None).map(drop)
+            };
+            // The PyTorch convention: a backward costs 2.5 forwards (five products, not two).
+            let both = || -> rnn::Result<()> {
+                let (q, k, v) = (q.requires_grad(), k.requires_grad(), v.requires_grad());
+                scaled_dot_product_attention(&q, &k, &v, &mask, None)?.sum_all()?.backward().map(drop)
+            };
+            let flops = forward_flops(n, causal);
+            let mut one = |name: String, flops: f64, f: &dyn Fn() -> rnn::Result<()>| -> CliResult<()> {
+                let m = time_call(sizes.timing, f)?;
+                let (r, peak) = peak_extra(f);
+                r?;
+                let gflops = flops / m.median_seconds / 1e9;
+                let mb = peak as f64 / 1e6;
+                let ms = m.median_seconds * 1e3;
+                writeln!(out, "{name:<NAME_WIDTH$} {ms:>10.2} {gflops:>10.2} {mb:>12.2} {:>6}", m.calls)?;
+                out.flush()?;
+                let rec = |name: String, metric, value, higher_is_better| Record {
+                    suite: "attention",
+                    name,
+                    metric,
+                    value,
+                    higher_is_better,
+                    threads,
+                };
+                records.push(rec(name.clone(), "GFLOP/s", gflops, true));
+                records.push(rec(name.replacen("attn_", "attnmem_", 1), "MB", mb, false));
+                Ok(())
+            };
+            one(format!("attn_fwd_{tag}"), flops, &forward)?;
+            one(format!("attn_fwdbwd_{tag}"), 3.5 * flops, &both)?;
+        }
+    }
+    Ok(records)
+}

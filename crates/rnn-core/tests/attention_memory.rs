@@ -1,0 +1,102 @@
+//! Fused attention never holds the `N x N` scores: a counting global allocator (live and
+//! peak heap bytes) shows that the extra memory of the forward, and of forward + backward,
+//! at N = 16384 (B = H = 1, D = 64, f32, CPU) grows as O(N·D), far below the 1 GiB one
+//! `N x N` f32 matrix takes. Its own test binary, so no other test allocates meanwhile.
+//!
+//! Causal, so that the kernels skip half the tiles and the test stays a few seconds long in
+//! the (optimized) test profile; the memory bound is the same with or without the mask.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use rnn_core::{scaled_dot_product_attention, AttentionMask, DType, Device, Result, Tensor};
+
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: defers to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            let now = LIVE.fetch_add(layout.size(), Relaxed) + layout.size();
+            PEAK.fetch_max(now, Relaxed);
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as above.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            let now = LIVE.fetch_add(layout.size(), Relaxed) + layout.size();
+            PEAK.fetch_max(now, Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Relaxed);
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// The peak of live heap bytes above those live before `f`, while `f` runs.
+fn peak_extra<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let base = LIVE.load(Relaxed);
+    PEAK.store(base, Relaxed);
+    let out = f();
+    (out, PEAK.load(Relaxed) - base)
+}
+
+#[test]
+fn attention_memory_is_linear_in_n() -> Result<()> {
+    const N: usize = 16384;
+    const D: usize = 64;
+    let rand = |seed| -> Result<Tensor> {
+        Tensor::rand_with(&mut rnn_testutil::rng(seed), -1.0, 1.0, (1, 1, N, D), DType::F32, Device::Cpu)
+    };
+    let (q, k, v) = (rand(1)?, rand(2)?, rand(3)?);
+    let mask = AttentionMask::causal();
+    // Start the thread pool and the kernels' lazily initialized state outside the count.
+    let small = q.narrow(2, 0, 256)?;
+    scaled_dot_product_attention(&small, &small, &small, &mask, None)?;
+
+    let one = N * D * 4; // bytes of one [N, D] f32 tensor
+    let threads = rayon::current_num_threads();
+    let scores = N * N * 4;
+    let (o, fwd) = peak_extra(|| scaled_dot_product_attention(&q, &k, &v, &mask, None));
+    drop(o?);
+    eprintln!(
+        "forward: peak extra {:.1} MiB = {:.2} x N·D·4 (N x N scores: {} MiB)",
+        mib(fwd),
+        fwd as f64 / one as f64,
+        scores >> 20
+    );
+    // The output, the log-sum-exp and per-thread tiles.
+    assert!(fwd < 2 * one, "forward peak extra {fwd} bytes is not O(N·D)");
+
+    let (q, k, v) = (q.requires_grad(), k.requires_grad(), v.requires_grad());
+    let (grads, both) = peak_extra(|| -> Result<_> {
+        let o = scaled_dot_product_attention(&q, &k, &v, &mask, None)?;
+        o.sum_all()?.backward()
+    });
+    let grads = grads?;
+    assert_eq!(grads.get(&q).map(|g| g.dims().to_vec()), Some(vec![1, 1, N, D]));
+    eprintln!("forward + backward: peak extra {:.1} MiB = {:.2} x N·D·4", mib(both), both as f64 / one as f64);
+    // o, the seed gradient and its contiguous copy, dq, dk, dv, the row sums, and one
+    // private dq per thread (one head: the backward splits its keys over the threads).
+    let bound = (12 + threads) * one;
+    assert!(both < bound, "forward + backward peak extra {both} bytes > {bound}: not O(N·D)");
+    assert!(both < scores / 8);
+    Ok(())
+}
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}

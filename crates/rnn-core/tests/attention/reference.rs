@@ -104,12 +104,14 @@ impl Problem {
                     let delta: f64 = p.iter().zip(&dp).map(|(a, c)| a * c).sum();
                     for j in 0..self.nk {
                         let ds = p[j] * (dp[j] - delta);
-                        for c in 0..dv {
-                            r.dv[kv(j).1 + c] += p[j] * go[c];
+                        for (x, g) in r.dv[kv(j).1..][..dv].iter_mut().zip(go) {
+                            *x += p[j] * g;
                         }
-                        for c in 0..d {
-                            r.dq[row * d + c] += self.scale * ds * k[kv(j).0 + c];
-                            r.dk[kv(j).0 + c] += self.scale * ds * q[row * d + c];
+                        for (x, kc) in r.dq[row * d..][..d].iter_mut().zip(&k[kv(j).0..][..d]) {
+                            *x += self.scale * ds * kc;
+                        }
+                        for (x, qc) in r.dk[kv(j).0..][..d].iter_mut().zip(&q[row * d..][..d]) {
+                            *x += self.scale * ds * qc;
                         }
                         if let Some(dims) = &self.bias_dims {
                             r.dbias[self.bias_index(dims, [b, h, i, j])] += ds;

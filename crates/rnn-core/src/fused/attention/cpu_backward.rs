@@ -95,7 +95,7 @@ pub(super) fn run<C: Compute>(op: &AttentionBackward, inputs: &[(&CpuStorage, &L
     let mut dk = zeroed_vec::<C>(n_heads * nk * d)?;
     let mut dvs = zeroed_vec::<C>(n_heads * nk * dv)?;
     let mut dbias = zeroed_vec::<C>(if op.bias_grad { n_heads * nq * nk } else { 0 })?;
-    let shared = op.bias_grad.then(|| SharedRows { ptr: dbias.as_mut_ptr(), len: dbias.len() });
+    let shared = op.bias_grad.then_some(SharedRows { ptr: dbias.as_mut_ptr(), len: dbias.len() });
     let saved = Saved { d_o: &d_o, lse: &lse, delta: &delta, dbias: shared };
     let groups =
         if n_heads >= rayon::current_num_threads() { 1 } else { rayon::current_num_threads().div_ceil(n_heads.max(1)) };

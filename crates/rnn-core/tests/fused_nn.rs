@@ -1,12 +1,14 @@
 //! Fused LayerNorm, RMSNorm, softmax-cross-entropy and bias + GELU on every device: each
 //! against its composition of primitives in f64 on the CPU (output and the gradient of every
 //! input, on fresh random inputs, in each float dtype the device has), f64 finite-difference
-//! gradient checks of the fused ops on the CPU, NaN / infinite rows, and bad arguments.
+//! gradient checks of the fused ops on the CPU, NaN / infinite rows, bad arguments, and
+//! PyTorch's values (`tests/golden/fused_nn.json`, from `tests/golden/make_fused_nn.py`).
 
 use rnn_core::op_table::{CmpOp, UnaryOp};
 use rnn_core::{DType, Device, Error, Result, Tensor};
+use rnn_testutil::golden;
 use rnn_testutil::{
-    check_gradients, diff_summary, floats, like, max_rel_err, rand64, rng, test_device, tol_on, tolerance, values,
+    check_gradients, diff_summary, floats, like, max_rel_err, rand64, test_device, tol_on, tolerance, values,
 };
 
 /// An op of the tested family, run on tensors of any dtype and device.
@@ -252,6 +254,54 @@ fn parallel_rows_match_serial_rows() -> Result<()> {
     let all = values(&x.layer_norm(Some(&w), None, 1e-5)?);
     let row = values(&x.narrow(0, 4000, 1)?.layer_norm(Some(&w), None, 1e-5)?);
     assert_eq!(&all[4000 * 96..4001 * 96], &row[..]);
-    let _ = rng(0);
     Ok(())
 }
+
+// ---- PyTorch golden values (tests/golden/make_fused_nn.py) ----
+
+const GOLDEN: &str = include_str!("golden/fused_nn.json");
+
+/// One golden case rebuilt with the fused op in `dtype` on `device`.
+fn golden_case(case: &serde_json::Value, dtype: DType, device: Device) -> golden::Check<f64> {
+    let inputs = golden::get(case, "inputs")?.as_object().ok_or("'inputs' is not an object")?;
+    let mut vars = Vec::new();
+    let mut targets = None;
+    for (name, v) in inputs {
+        let t = golden::tensor(v, dtype, device)?;
+        match name.as_str() {
+            "targets" => targets = Some(t),
+            _ => vars.push((name.clone(), t.requires_grad())),
+        }
+    }
+    let var = |name: &str| vars.iter().find(|(n, _)| n == name).map(|(_, t)| t);
+    let params = golden::get(case, "params")?;
+    let num = |key: &str| params.get(key).and_then(|v| v.as_f64());
+    let x = var("x").ok_or("no x")?;
+    let out = match golden::get(case, "op")?.as_str() {
+        Some("layer_norm") => x.layer_norm(var("weight"), var("bias"), num("eps").unwrap_or(1e-5)),
+        Some("rms_norm") => x.rms_norm(var("weight"), num("eps")),
+        Some("cross_entropy") => {
+            let ignore = params.get("ignore_index").and_then(|v| v.as_i64());
+            let t = targets.as_ref().ok_or("no targets")?;
+            x.cross_entropy_logits(t, num("label_smoothing").unwrap_or(0.0), ignore)
+        }
+        Some("bias_gelu") => {
+            let tanh = params.get("approximate").and_then(|v| v.as_str()) == Some("tanh");
+            x.bias_gelu(var("bias").ok_or("no bias")?, tanh)
+        }
+        other => return Err(format!("unknown op {other:?}")),
+    }
+    .map_err(|e| e.to_string())?;
+    let tol = tol_on(device, tolerance(dtype).result);
+    golden::check_outputs_and_grads(case, &[("out", &out)], &vars, tol, tol * 10.0)
+}
+
+fn golden_values(device: Device) -> Result<()> {
+    let fixture: serde_json::Value = serde_json::from_str(GOLDEN).expect("fused_nn.json parses");
+    let cases = fixture["cases"].as_array().expect("cases");
+    for dtype in [DType::F64, DType::F32].into_iter().filter(|&d| rnn_testutil::supports(device, d)) {
+        golden::run_cases(&format!("fused ops in {dtype} on {device}"), cases, |c| golden_case(c, dtype, device));
+    }
+    Ok(())
+}
+test_device!(golden_values_test, golden_values);

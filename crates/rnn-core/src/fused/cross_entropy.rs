@@ -152,11 +152,12 @@ impl CrossEntropyBackward {
         let lse = compute_slice::<F>(inputs[2].0, inputs[2].1)?;
         let g = compute_slice::<F>(inputs[3].0, inputs[3].1)?;
         let mut dx = crate::cpu::parallel::zeroed_vec::<F>(rows * classes)?;
-        let mut unused = vec![0u8; rows];
+        let mut row_marks = vec![0u8; rows]; // one per row: splits the rows with dx
         let s = F::c(self.fwd.smoothing);
         let (on, off) = (F::c(1.0) - s, s / F::c(classes as f64));
-        map_row_chunks(rows, (&mut dx, classes), (&mut unused, 1), classes * 8, |first, dx, _| {
-            for (r, dx) in dx.chunks_mut(classes).enumerate() {
+        map_row_chunks(rows, (&mut dx, classes), (&mut row_marks, 1), classes * 8, |first, dx, chunk_rows| {
+            for r in 0..chunk_rows.len() {
+                let dx = &mut dx[r * classes..(r + 1) * classes];
                 let i = first + r;
                 let id = ids[i];
                 if self.fwd.ignored(id) || !(0..classes as i64).contains(&id) {

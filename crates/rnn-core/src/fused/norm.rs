@@ -184,12 +184,13 @@ impl NormBackward {
         let rstd = read(1 + k)?;
         let w = if self.fwd.weight { Some(read(2 + k)?) } else { None };
         let mut dx = crate::cpu::parallel::zeroed_vec::<F>(rows * n)?;
-        let mut unused = vec![0u8; rows];
+        let mut row_marks = vec![0u8; rows]; // one per row: splits the rows with dx
         let params = self.fwd.weight || self.fwd.bias;
         let rms = self.fwd.rms;
-        let partials = map_row_chunks(rows, (&mut dx, n), (&mut unused, 1), n * 6, |first, dx, _| {
+        let partials = map_row_chunks(rows, (&mut dx, n), (&mut row_marks, 1), n * 6, |first, dx, chunk_rows| {
             let mut sums = Sums::new(if params { n } else { 0 });
-            for (r, dx) in dx.chunks_mut(n).enumerate() {
+            for r in 0..chunk_rows.len() {
+                let dx = &mut dx[r * n..(r + 1) * n];
                 let (i, row) = (first + r, (first + r) * n..(first + r + 1) * n);
                 let m = mean.as_ref().map_or(F::c(0.0), |m| m[i]);
                 let (x, g) = (&x[row.clone()], &g[row]);

@@ -113,13 +113,13 @@ fn norms_match_composition(device: Device) -> Result<()> {
             &|t| t[0].layer_norm(None, Some(&t[1]), eps),
             &|t| layer_norm_composed(&t[0], None, Some(&t[1]), eps),
         )?;
-        fused_matches_composition(device, &[x.clone()], &|t| t[0].layer_norm(None, None, eps), &|t| {
+        fused_matches_composition(device, std::slice::from_ref(&x), &|t| t[0].layer_norm(None, None, eps), &|t| {
             layer_norm_composed(&t[0], None, None, eps)
         })?;
         fused_matches_composition(device, &[x.clone(), w.clone()], &|t| t[0].rms_norm(Some(&t[1]), Some(eps)), &|t| {
             rms_norm_composed(&t[0], Some(&t[1]), eps)
         })?;
-        fused_matches_composition(device, &[x.clone()], &|t| t[0].rms_norm(None, Some(eps)), &|t| {
+        fused_matches_composition(device, std::slice::from_ref(&x), &|t| t[0].rms_norm(None, Some(eps)), &|t| {
             rms_norm_composed(&t[0], None, eps)
         })?;
     }

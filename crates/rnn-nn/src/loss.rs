@@ -98,7 +98,7 @@ fn fused_class_ids_loss(
         r => {
             let mut perm: Vec<usize> = (0..r).filter(|&d| d != class_dim).collect();
             perm.push(class_dim);
-            logits.permute(&perm)?.reshape(((), classes))?
+            logits.permute(&perm)?.reshape((logits.elem_count() / classes, classes))?
         }
     };
     let ids = targets.flatten_all()?;

@@ -192,6 +192,9 @@ fn variant(dtype: DType, erf: bool, grad: bool) -> String {
     format!("bias_gelu/{}/{}/{dtype}", if erf { "erf" } else { "tanh" }, if grad { "backward" } else { "forward" })
 }
 
+/// A contiguous buffer and the position of its first element.
+type Buffer = (Arg, usize);
+
 /// Appends `out = gelu(x + b)` (or, with `g`, `g gelu'(x + b)`) over contiguous buffers of
 /// `[.., n]` elements (x, g; `out` as many) and `[n]` (b), each given with its first
 /// element's position.
@@ -199,7 +202,7 @@ pub(crate) fn bias_gelu_into(
     p: &mut Program,
     dtype: DType,
     erf: bool,
-    (x, b, g): ((Arg, usize), (Arg, usize), Option<(Arg, usize)>),
+    (x, b, g): (Buffer, Buffer, Option<Buffer>),
     n: usize,
     out: Arg,
 ) -> Result<()> {

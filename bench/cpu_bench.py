@@ -80,6 +80,42 @@ def bench_mlp(threads):
     return [record("mlp_784_512_256_10_b128", "ms", s * 1e3, threads)]
 
 
+def bench_fused_nn(threads):
+    """LayerNorm and cross entropy, forward + backward: PyTorch's own fused ops and the
+    compositions of primitives (as in `rnn bench cpu`)."""
+    x = torch.randn(8192, 1024, requires_grad=True)
+    w = torch.ones(1024, requires_grad=True)
+    b = torch.zeros(1024, requires_grad=True)
+
+    def ln_composed():
+        c = x - x.mean(-1, keepdim=True)
+        var = (c * c).mean(-1, keepdim=True)
+        return c / torch.sqrt(var + 1e-5) * w + b
+
+    logits = torch.randn(2048, 8192, requires_grad=True)
+    ids = torch.randint(0, 8192, (2048,))
+
+    def ce_composed():
+        return -torch.log_softmax(logits, -1).gather(1, ids.unsqueeze(1)).mean()
+
+    cases = [
+        ("layer_norm_fused_8192x1024", lambda: F.layer_norm(x, (1024,), w, b, 1e-5).sum()),
+        ("layer_norm_composed_8192x1024", lambda: ln_composed().sum()),
+        ("cross_entropy_fused_2048x8192", lambda: F.cross_entropy(logits, ids)),
+        ("cross_entropy_composed_2048x8192", ce_composed),
+    ]
+    def step(loss):
+        for t in (x, w, b, logits):
+            t.grad = None  # rnn's backward returns fresh gradients: no accumulation here either
+        loss().backward()
+
+    out = []
+    for name, loss in cases:
+        s = time_call(lambda: step(loss))
+        out.append(record(name, "ms", s * 1e3, threads))
+    return out
+
+
 def print_table(records, threads):
     print(f"PyTorch {torch.__version__} CPU benchmark, threads={threads}")
     print(f"{'name':<28} {'value':>12}  metric")
@@ -98,7 +134,7 @@ def main():
     with torch.no_grad():
         records = (bench_matmul(args.threads) + bench_elementwise(args.threads)
                    + bench_reductions(args.threads))
-    records += bench_mlp(args.threads)
+    records += bench_mlp(args.threads) + bench_fused_nn(args.threads)
     print_table(records, args.threads)
     if args.json:
         with open(args.json, "w") as f:

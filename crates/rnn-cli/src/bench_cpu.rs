@@ -59,7 +59,7 @@ pub struct Record {
 
 /// What a workload's value measures.
 #[derive(Clone, Copy, Debug)]
-enum Score {
+pub(crate) enum Score {
     /// Floating-point operations per call, reported as GFLOP/s.
     Flops(f64),
     /// Bytes read and written per call, reported as GB/s.
@@ -97,11 +97,13 @@ pub fn run(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<Vec<Reco
         bench_reductions(&mut bench)?;
     }
     bench_mlp(&mut bench)?;
+    let fused = if quick { &crate::bench_fused_nn::QUICK } else { &crate::bench_fused_nn::FULL };
+    crate::bench_fused_nn::bench_fused_nn(&mut bench, fused)?;
     Ok(bench.records)
 }
 
 /// Collects records and prints them as they come.
-struct Bench<'a> {
+pub(crate) struct Bench<'a> {
     sizes: Sizes,
     threads: usize,
     records: Vec<Record>,
@@ -125,7 +127,7 @@ impl Bench<'_> {
     }
 
     /// Times `f`, records the result and prints its line.
-    fn measure(&mut self, name: &str, score: Score, f: impl FnMut() -> rnn::Result<()>) -> CliResult<()> {
+    pub(crate) fn measure(&mut self, name: &str, score: Score, f: impl FnMut() -> rnn::Result<()>) -> CliResult<()> {
         let m = time_call(self.sizes.timing, f)?;
         let record = Record {
             suite: "cpu",
@@ -228,7 +230,7 @@ impl Mlp {
 }
 
 /// `batch` class ids in `[0, classes)`, as u32.
-fn random_targets(batch: usize, classes: usize) -> rnn::Result<Tensor> {
+pub(crate) fn random_targets(batch: usize, classes: usize) -> rnn::Result<Tensor> {
     let uniform = Tensor::rand(0.0, classes as f64, batch, DType::F32, Device::Cpu)?.to_vec::<f32>()?;
     let ids: Vec<u32> = uniform.iter().map(|&v| (v as u32).min(classes as u32 - 1)).collect();
     Tensor::from_vec(ids, batch, Device::Cpu)

@@ -3,6 +3,7 @@
 mod bench_attention;
 mod bench_cpu;
 mod bench_engine;
+mod bench_fused_nn;
 mod bench_gpu;
 mod bench_train;
 mod devices;
@@ -44,7 +45,8 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchSuite {
-    /// The CPU workloads of bench/cpu_bench.py (f32 matmul, elementwise, reductions, MLP step).
+    /// The CPU workloads of bench/cpu_bench.py (f32 matmul, elementwise, reductions, MLP step,
+    /// fused LayerNorm / cross entropy against their compositions).
     Cpu(CpuBenchArgs),
     /// Epoch time of the `rnn train` MLP and CNN through the Network API (bench/train_bench.py
     /// is the PyTorch twin), and an AdamW step over 10M parameters against a copy of its bytes.

@@ -47,6 +47,21 @@ pub mod wgsl {
     pub const FOLD2D: &str = include_str!("../wgsl/fold2d.wgsl");
     /// Optimizer updates (SGD, Adam / AdamW, RMSprop, Adagrad) of one parameter, in place.
     pub const OPTIM: &str = include_str!("../wgsl/optim.wgsl");
+
+    // ---- fused LayerNorm / RMSNorm, softmax-cross-entropy, bias + GELU ----
+
+    /// LayerNorm / RMSNorm forward, one workgroup per row, saving mean and rstd.
+    pub const NORM: &str = include_str!("../wgsl/norm.wgsl");
+    /// LayerNorm / RMSNorm input gradient, one workgroup per row.
+    pub const NORM_BACKWARD: &str = include_str!("../wgsl/norm_backward.wgsl");
+    /// LayerNorm / RMSNorm weight and bias gradients, one invocation per column.
+    pub const NORM_PARAMS: &str = include_str!("../wgsl/norm_params.wgsl");
+    /// Softmax-cross-entropy from logits: per-row loss and log-sum-exp, ids range-checked.
+    pub const CROSS_ENTROPY: &str = include_str!("../wgsl/cross_entropy.wgsl");
+    /// Softmax-cross-entropy gradient from the logits and the saved log-sum-exp.
+    pub const CROSS_ENTROPY_BACKWARD: &str = include_str!("../wgsl/cross_entropy_backward.wgsl");
+    /// `gelu(x + b)` and its gradient, elementwise with a broadcast bias.
+    pub const BIAS_GELU: &str = include_str!("../wgsl/bias_gelu.wgsl");
 }
 
 /// CUDA C kernel templates for the CUDA backend, compiled by NVRTC for the device's own
@@ -82,6 +97,21 @@ pub mod cuda {
     /// launch, in place, through a table of buffer addresses (multi-tensor apply).
     pub const OPTIM: &str = include_str!("../cuda/optim.cu");
 
+    // ---- fused LayerNorm / RMSNorm, softmax-cross-entropy, bias + GELU ----
+
+    /// LayerNorm / RMSNorm forward, one block per row, saving mean and rstd.
+    pub const NORM: &str = include_str!("../cuda/norm.cu");
+    /// LayerNorm / RMSNorm input gradient, one block per row.
+    pub const NORM_BACKWARD: &str = include_str!("../cuda/norm_backward.cu");
+    /// LayerNorm / RMSNorm weight and bias gradients, one thread per column.
+    pub const NORM_PARAMS: &str = include_str!("../cuda/norm_params.cu");
+    /// Softmax-cross-entropy from logits: per-row loss and log-sum-exp, ids range-checked.
+    pub const CROSS_ENTROPY: &str = include_str!("../cuda/cross_entropy.cu");
+    /// Softmax-cross-entropy gradient from the logits and the saved log-sum-exp.
+    pub const CROSS_ENTROPY_BACKWARD: &str = include_str!("../cuda/cross_entropy_backward.cu");
+    /// `gelu(x + b)` and its gradient, elementwise with a broadcast bias.
+    pub const BIAS_GELU: &str = include_str!("../cuda/bias_gelu.cu");
+
     /// Every template, by name (for compile checks).
     pub const ALL: &[(&str, &str)] = &[
         ("fill", FILL),
@@ -97,5 +127,11 @@ pub mod cuda {
         ("unfold2d", UNFOLD2D),
         ("fold2d", FOLD2D),
         ("optim", OPTIM),
+        ("norm", NORM),
+        ("norm_backward", NORM_BACKWARD),
+        ("norm_params", NORM_PARAMS),
+        ("cross_entropy", CROSS_ENTROPY),
+        ("cross_entropy_backward", CROSS_ENTROPY_BACKWARD),
+        ("bias_gelu", BIAS_GELU),
     ];
 }

@@ -49,11 +49,10 @@ impl Default for CrossEntropyOptions {
     }
 }
 
-/// Cross entropy from logits and class ids (u32 or i64), averaged over the batch.
-/// Same shapes as [`cross_entropy_with`]. A class id out of range is an error: on the CPU at
-/// once; on a GPU, which checks the ids on the device rather than reading them back, at the
-/// next sync point (`Error::IndexOutOfRange` from `gather`). With `ignore_index` the ids
-/// are read back on every device.
+/// Cross entropy from logits and class ids (u8, u32 or i64), averaged over the batch.
+/// Same shapes as [`cross_entropy_with`]. A class id out of range is an
+/// `Error::IndexOutOfRange`: on the CPU at once; on a GPU, which checks the ids on the
+/// device rather than reading them back, at the next sync point.
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     cross_entropy_with(logits, targets, &CrossEntropyOptions::default())
 }
@@ -64,6 +63,10 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 /// `[N, C, d1, ...]` (so `[B, T, C]` sequence logits need `flatten(0, 1)` or a transpose
 /// first). Targets are either class ids (u8, u32 or i64) of the logits' shape without the
 /// class dim, or class probabilities (the logits' float dtype and shape).
+///
+/// Class ids go through the fused `Tensor::cross_entropy_logits` (no probabilities stored,
+/// no read-back of the ids); the mean is over the targets not ignored, NaN when every target
+/// is ignored (as in PyTorch). Probability targets are composed from `log_softmax`.
 pub fn cross_entropy_with(logits: &Tensor, targets: &Tensor, options: &CrossEntropyOptions) -> Result<Tensor> {
     const OP: &str = "cross_entropy";
     let class_dim = check_class_input(OP, logits)?;
@@ -71,11 +74,47 @@ pub fn cross_entropy_with(logits: &Tensor, targets: &Tensor, options: &CrossEntr
     if !(0.0..=1.0).contains(&smoothing) {
         return Err(Error::invalid(OP, format!("label_smoothing must be in [0, 1], got {smoothing}")));
     }
-    let log_probs = logits.log_softmax(class_dim)?;
     if targets.dtype().is_float() {
+        let log_probs = logits.log_softmax(class_dim)?;
         return probability_targets_loss(&log_probs, targets, class_dim, smoothing, options.reduction);
     }
-    class_ids_loss(OP, &log_probs, targets, class_dim, smoothing, options)
+    fused_class_ids_loss(OP, logits, targets, class_dim, options)
+}
+
+/// Class-id targets through the fused kernel: the logits with the class dim moved last and
+/// the other dims flattened into rows, then the reduction.
+fn fused_class_ids_loss(
+    op: &'static str,
+    logits: &Tensor,
+    targets: &Tensor,
+    class_dim: usize,
+    options: &CrossEntropyOptions,
+) -> Result<Tensor> {
+    check_target_ids(op, logits, targets, class_dim)?;
+    let classes = logits.dims()[class_dim];
+    let rows = match logits.rank() {
+        1 => logits.reshape((1, classes))?,
+        2 => logits.clone(),
+        r => {
+            let mut perm: Vec<usize> = (0..r).filter(|&d| d != class_dim).collect();
+            perm.push(class_dim);
+            logits.permute(&perm)?.reshape((logits.elem_count() / classes, classes))?
+        }
+    };
+    let ids = targets.flatten_all()?;
+    let per_sample = rows.cross_entropy_logits(&ids, options.label_smoothing, options.ignore_index)?;
+    let per_sample = per_sample.reshape(targets.shape().clone())?;
+    match (options.reduction, options.ignore_index) {
+        (Reduction::Mean, Some(ignore)) => {
+            // The count of targets not ignored, on the device: no read-back in a training step.
+            let kept = targets.to_dtype(DType::I64)?.ne_scalar(ignore as f64)?.to_dtype(logits.dtype())?.sum_all()?;
+            per_sample.sum_all()?.div(&kept)
+        }
+        (reduction, _) => {
+            let count = per_sample.elem_count();
+            reduction.apply(per_sample, count)
+        }
+    }
 }
 
 /// Negative log likelihood of class ids, from log-probabilities (`log_softmax` output),
@@ -327,6 +366,26 @@ fn class_ids_loss(
     options.reduction.apply(per_sample, ids.kept)
 }
 
+/// Checks that class-id targets have an integer dtype and the scores' shape without the
+/// class dim.
+fn check_target_ids(op: &'static str, scores: &Tensor, targets: &Tensor, class_dim: usize) -> Result<()> {
+    if targets.dtype().is_float() {
+        let hint = ": class-id targets must be u8, u32 or i64";
+        return Err(Error::UnsupportedDType { op, dtype: targets.dtype(), hint });
+    }
+    let mut expected = scores.dims().to_vec();
+    expected.remove(class_dim);
+    if targets.dims() != expected.as_slice() {
+        let msg = format!(
+            "targets of shape {:?} do not match scores of shape {:?}: expected {expected:?} (class dim {class_dim} removed)",
+            targets.dims(),
+            scores.dims()
+        );
+        return Err(Error::invalid(op, msg));
+    }
+    Ok(())
+}
+
 /// Class ids checked against the number of classes, ready for `gather`.
 struct ClassIds {
     /// The ids as i64, with ignored ones replaced by 0 so `gather` stays in range.
@@ -344,20 +403,7 @@ impl ClassIds {
         class_dim: usize,
         ignore: Option<i64>,
     ) -> Result<ClassIds> {
-        if targets.dtype().is_float() {
-            let hint = ": class-id targets must be u8, u32 or i64";
-            return Err(Error::UnsupportedDType { op, dtype: targets.dtype(), hint });
-        }
-        let mut expected = scores.dims().to_vec();
-        expected.remove(class_dim);
-        if targets.dims() != expected.as_slice() {
-            let msg = format!(
-                "targets of shape {:?} do not match scores of shape {:?}: expected {expected:?} (class dim {class_dim} removed)",
-                targets.dims(),
-                scores.dims()
-            );
-            return Err(Error::invalid(op, msg));
-        }
+        check_target_ids(op, scores, targets, class_dim)?;
         let classes = scores.dims()[class_dim] as i64;
         let ids = targets.to_dtype(DType::I64)?;
         if ignore.is_none() && !targets.device().is_cpu() {

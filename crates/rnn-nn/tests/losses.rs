@@ -51,6 +51,8 @@ fn loss_gradchecks(device: Device) -> Result<()> {
     let ignored = ids_on(&[1, -1, 3, -1], CPU)?;
     let opts = CrossEntropyOptions { label_smoothing: 0.3, reduction: Reduction::None, ignore_index: Some(-1) };
     check_gradients(device, &one(&logits), |xs| cross_entropy_with(&xs[0], &like(&ignored, &xs[0])?, &opts))?;
+    let mean = CrossEntropyOptions { reduction: Reduction::Mean, ..opts };
+    check_gradients(device, &one(&logits), |xs| cross_entropy_with(&xs[0], &like(&ignored, &xs[0])?, &mean))?;
     let kdim = rand64(3, &[2, 3, 4])?;
     let kdim_ids = Tensor::from_vec(vec![0u32, 2, 1, 1, 2, 0, 0, 1], (2, 4), CPU)?;
     check_gradients(device, &[kdim], |xs| cross_entropy_with(&xs[0], &like(&kdim_ids, &xs[0])?, &smooth))?;
@@ -151,8 +153,8 @@ fn loss_errors(device: Device) -> Result<()> {
         }
         Ok(())
     };
-    bad_target(&[1, 5, 0, 2], "target 5 at flat position 1 is out of range", "gather: index 5 is out of range")?;
-    bad_target(&[1, -1, 0, 2], "target -1", "gather: index -1 is out of range")?;
+    bad_target(&[1, 5, 0, 2], "cross_entropy: index 5 is out of range", "cross_entropy: index 5 is out of range")?;
+    bad_target(&[1, -1, 0, 2], "cross_entropy: index -1", "cross_entropy: index -1 is out of range")?;
     expect_err(cross_entropy(&logits, &ids(&[1, 2, 0])?), "do not match");
     expect_err(cross_entropy(&logits, &rand(2, &[4, 4])?), "shape mismatch");
     expect_err(cross_entropy(&Tensor::zeros((0, 5), dtype, device)?, &ids(&[])?), "empty");
@@ -161,6 +163,10 @@ fn loss_errors(device: Device) -> Result<()> {
     expect_err(cross_entropy_with(&logits, &ids(&[1, 2, 0, 2])?, &smooth), "label_smoothing");
     let all_ignored = ids(&[-100; 4])?;
     expect_err(nll_loss_with(&logits, &all_ignored, Reduction::Mean, Some(-100)), "every target");
+    // Cross entropy follows PyTorch there: the mean over no target is NaN.
+    let options = CrossEntropyOptions { ignore_index: Some(-100), ..Default::default() };
+    let nan = rnn_testutil::values(&cross_entropy_with(&logits, &all_ignored, &options)?);
+    assert!(nan.len() == 1 && nan[0].is_nan(), "{nan:?}");
     expect_err(mse(&rand(1, &[4, 1])?, &rand(2, &[4])?), "shape mismatch");
     expect_err(mse(&Tensor::zeros(0, dtype, device)?, &Tensor::zeros(0, dtype, device)?), "empty");
     let half = Tensor::full(0.5, 3, dtype, device)?;

@@ -1,9 +1,11 @@
 //! Fused Linear forward: `act(x @ wᵀ + b)` as one op (`Tensor::linear`). On CUDA it is one
 //! cuBLASLt product with a bias + ReLU / GELU epilogue (`CUBLASLT_EPILOGUE_BIAS`,
 //! `_RELU_BIAS`, `_GELU_BIAS`); where cuBLASLt has no fused kernel for it (f64 on most
-//! devices) the product runs alone and elementwise kernels add the bias and activation.
-//! Elsewhere (CPU, wgpu, no bias) it is a matmul, an add and the activation.
+//! devices) the product runs alone and elementwise kernels add the bias and activation
+//! (GELU: one fused `bias_gelu` kernel). Elsewhere (CPU, wgpu, no bias) it is a matmul, then
+//! an add and the activation, or `bias_gelu` for a GELU with a bias.
 
+use super::bias_gelu::bias_gelu_into;
 use super::{FusedKernels, FusedOp};
 use crate::cpu::CpuStorage;
 use crate::gpu::elementwise::{binary_into, copy_into, unary_into};
@@ -64,9 +66,11 @@ impl FusedOp for Linear {
 
     fn compose(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let z = inputs[0].matmul(&inputs[1].t()?)?;
-        let z = match inputs.get(2) {
-            Some(b) => z.add(b)?,
-            None => z,
+        let z = match (inputs.get(2), self.act) {
+            // One pass for the bias and the activation.
+            (Some(b), Epilogue::Gelu) => return Ok(vec![z.bias_gelu(b, true)?]),
+            (Some(b), _) => z.add(b)?,
+            (None, _) => z,
         };
         Ok(vec![match self.act.unary() {
             Some(op) => z.unary(op)?,
@@ -142,6 +146,11 @@ fn bias_act(target: &Target, dtype: DType, (m, n): (usize, usize), offset: usize
     // Every row reads the same bias vector.
     let rows_of_bias = Layout::new(out.shape().clone(), vec![0, 1], offset);
     let mut p = Program::new(target, "linear", dtype, m * n);
+    if act == Epilogue::Gelu {
+        let (z, bias) = ((Arg::Input(0), 0), (Arg::Input(1), offset));
+        bias_gelu_into(&mut p, dtype, false, (z, bias, None), n, Program::OUT)?;
+        return Ok(p);
+    }
     let sum = match act.unary() {
         Some(_) => p.temp(dtype, m * n),
         None => Program::OUT,

@@ -78,7 +78,14 @@ fused_ops! {
     softmax::Softmax,
     linear::Linear,
     attention::Attention,
+    norm::Norm,
+    cross_entropy::CrossEntropy,
+    bias_gelu::BiasGelu,
 }
+
+// Kernels and helpers of the norms, cross entropy and bias + GELU.
+mod norm_gpu;
+mod rows;
 
 impl Tensor {
     /// Runs a fused op on `inputs` (all on one device) and records it for autograd.

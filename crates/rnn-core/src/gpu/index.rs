@@ -31,7 +31,7 @@ fn check_id_dtype(op: &'static str, ids: DType) -> Result<()> {
 }
 
 /// A fresh flag word (holding "no bad position yet") and the check reading it afterwards.
-fn add_check(p: &mut Program, ids: usize, layout: &Layout, size: usize, x: &Layout) -> Result<Arg> {
+pub(crate) fn add_check(p: &mut Program, ids: usize, layout: &Layout, size: usize, x: &Layout) -> Result<Arg> {
     let (dtype, none) = flag(&p.target);
     let flag = p.temps.len();
     let word = p.temp(dtype, 1);

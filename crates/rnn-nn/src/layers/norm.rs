@@ -1,5 +1,6 @@
 //! Normalization layers: BatchNorm1d / BatchNorm2d (per-channel statistics over the batch,
-//! running statistics for evaluation) and LayerNorm (statistics over the last dims).
+//! running statistics for evaluation), LayerNorm and RmsNorm (statistics over the last dims,
+//! through the fused kernels of `Tensor::layer_norm` / `Tensor::rms_norm`).
 
 use rnn_core::{no_grad, Error, Result, Tensor};
 
@@ -306,28 +307,112 @@ impl LayerNorm {
     }
 }
 
+/// Checks that `xs` ends in `normalized_shape`; returns `xs` with those dims flattened into
+/// one (the fused norms normalize over the last dim) and the shape to restore afterwards.
+fn flatten_normalized(layer: &'static str, xs: &Tensor, normalized_shape: &[usize]) -> Result<Tensor> {
+    let k = normalized_shape.len();
+    if xs.rank() < k || xs.dims()[xs.rank() - k..] != normalized_shape[..] {
+        let msg = format!("expected an input ending in {normalized_shape:?}, got shape {:?}", xs.shape());
+        return Err(Error::invalid(layer, msg));
+    }
+    if k == 1 {
+        return Ok(xs.clone());
+    }
+    let mut dims = xs.dims()[..xs.rank() - k].to_vec();
+    dims.push(normalized_shape.iter().product());
+    xs.reshape(dims)
+}
+
+/// A parameter of `normalized_shape` as the fused norms take it: one flat dim.
+fn flat(t: &Option<Tensor>) -> Result<Option<Tensor>> {
+    t.as_ref().map(|t| t.flatten_all()).transpose()
+}
+
 impl Module for LayerNorm {
+    /// The fused `Tensor::layer_norm` over the last `normalized_shape.len()` dims (flattened
+    /// into one).
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-        let k = self.normalized_shape.len();
-        if xs.rank() < k || xs.dims()[xs.rank() - k..] != self.normalized_shape[..] {
-            let msg = format!("expected an input ending in {:?}, got shape {:?}", self.normalized_shape, xs.shape());
-            return Err(Error::invalid("LayerNorm", msg));
-        }
-        let dims: Vec<usize> = (xs.rank() - k..xs.rank()).collect();
-        let centered = xs.sub(&xs.mean_keepdim(dims.clone())?)?;
-        let var = centered.sqr()?.mean_keepdim(dims)?;
-        let mut y = centered.div(&var.add_scalar(self.eps)?.sqrt()?)?;
-        if let Some(w) = &self.weight {
-            y = y.mul(w)?;
-        }
-        if let Some(b) = &self.bias {
-            y = y.add(b)?;
-        }
-        Ok(y)
+        let x = flatten_normalized("LayerNorm", xs, &self.normalized_shape)?;
+        let (w, b) = (flat(&self.weight)?, flat(&self.bias)?);
+        x.layer_norm(w.as_ref(), b.as_ref(), self.eps)?.reshape(xs.shape().clone())
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         let w = self.weight.iter().map(|w| ("weight".to_string(), w.clone()));
         w.chain(self.bias.iter().map(|b| ("bias".to_string(), b.clone()))).collect()
+    }
+}
+
+/// Options of an `RmsNorm`; the defaults are PyTorch's `nn.RMSNorm`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RmsNormConfig {
+    /// Added to the mean square; `None`: the machine epsilon of the input's dtype.
+    pub eps: Option<f64>,
+    /// A learnable elementwise scale ("weight", ones) of the normalized shape.
+    pub elementwise_affine: bool,
+}
+
+impl Default for RmsNormConfig {
+    fn default() -> Self {
+        RmsNormConfig { eps: None, elementwise_affine: true }
+    }
+}
+
+/// Root-mean-square normalization over the last dims (`normalized_shape`), like PyTorch's
+/// `nn.RMSNorm`: `x / sqrt(mean(x²) + eps) * weight`, through the fused `Tensor::rms_norm`.
+#[derive(Clone, Debug)]
+pub struct RmsNorm {
+    normalized_shape: Vec<usize>,
+    weight: Option<Tensor>,
+    eps: Option<f64>,
+}
+
+impl RmsNorm {
+    pub fn new(normalized_shape: &[usize], vb: &mut VarBuilder) -> Result<Self> {
+        Self::with_config(normalized_shape, RmsNormConfig::default(), vb)
+    }
+
+    pub fn with_config(normalized_shape: &[usize], config: RmsNormConfig, vb: &mut VarBuilder) -> Result<Self> {
+        let weight = config.elementwise_affine.then(|| vb.var(normalized_shape, Init::Ones)).transpose()?;
+        Self::from_tensors(normalized_shape, weight, config.eps)
+    }
+
+    /// A layer from an existing weight of `normalized_shape` (or none).
+    pub fn from_tensors(normalized_shape: &[usize], weight: Option<Tensor>, eps: Option<f64>) -> Result<Self> {
+        let bad_eps = eps.is_some_and(|e| !(e >= 0.0 && e.is_finite()));
+        if normalized_shape.is_empty() || normalized_shape.contains(&0) || bad_eps {
+            let msg =
+                format!("normalized_shape {normalized_shape:?} must be non-empty with sizes > 0, eps {eps:?} >= 0");
+            return Err(bad_config("RmsNorm", msg));
+        }
+        if let Some(w) = &weight {
+            if w.dims() != normalized_shape {
+                return Err(Error::ShapeMismatch {
+                    op: "RmsNorm",
+                    lhs: normalized_shape.into(),
+                    rhs: w.shape().clone(),
+                });
+            }
+        }
+        Ok(RmsNorm { normalized_shape: normalized_shape.to_vec(), weight, eps })
+    }
+
+    pub fn normalized_shape(&self) -> &[usize] {
+        &self.normalized_shape
+    }
+
+    pub fn eps(&self) -> Option<f64> {
+        self.eps
+    }
+}
+
+impl Module for RmsNorm {
+    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        let x = flatten_normalized("RmsNorm", xs, &self.normalized_shape)?;
+        x.rms_norm(flat(&self.weight)?.as_ref(), self.eps)?.reshape(xs.shape().clone())
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.weight.iter().map(|w| ("weight".to_string(), w.clone())).collect()
     }
 }

@@ -7,6 +7,7 @@
 //! `cargo test -p rnn-core --features cuda-emu --lib emu::` (prints the variant count).
 
 mod families;
+mod fused_nn;
 mod optim;
 
 use rand::rngs::StdRng;
@@ -184,6 +185,7 @@ fn every_cuda_kernel_variant_runs_on_the_emulator_and_matches_the_cpu() {
     families::windows();
     families::products();
     optim::optimizers();
+    fused_nn::fused_nn();
     let executed = super::executed_variants();
     let missing: Vec<&String> = listed.iter().map(|(name, _)| name).filter(|n| !executed.contains(*n)).collect();
     let distinct: std::collections::BTreeSet<&str> = listed.iter().map(|(_, s)| s.key()).collect();

@@ -1,10 +1,11 @@
-//! The `rnn` command: `devices`, `bench cpu`, `train`.
+//! The `rnn` command: `devices`, `bench`, `train`, `generate`.
 
 mod bench_cpu;
 mod bench_engine;
 mod bench_gpu;
 mod bench_train;
 mod devices;
+mod gpt;
 mod timing;
 mod train;
 
@@ -35,6 +36,8 @@ enum Command {
     /// Train a digit classifier (built-in drawn digits by default, or MNIST) on the best
     /// device; writes loss/accuracy curves and a checkpoint.
     Train(train::TrainArgs),
+    /// Sample text from a GPT checkpoint written by `rnn train --model gpt`.
+    Generate(gpt::GenerateArgs),
 }
 
 #[derive(Subcommand)]
@@ -118,6 +121,7 @@ fn run(command: Command) -> CliResult<ExitCode> {
         Command::Bench(BenchSuite::Train(args)) => bench_train(&args)?,
         Command::Bench(BenchSuite::Gpu(args)) => bench_gpu(&args)?,
         Command::Train(args) => train::run(&args)?,
+        Command::Generate(args) => gpt::generate(&args)?,
     }
     Ok(ExitCode::SUCCESS)
 }

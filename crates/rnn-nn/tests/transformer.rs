@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use rnn_core::{no_grad, DType, Device, Error, Result, Tensor};
 use rnn_nn::{
-    sample_from_logits, AdamConfig, AdamW, Gpt, GptConfig, Module, Optimizer, SamplingOptions, TransformerBlock,
-    VarBuilder,
+    sample_from_logits, AdamConfig, AdamW, AttentionMasks, Gpt, GptConfig, Module, Optimizer, SamplingOptions,
+    TransformerBlock, VarBuilder,
 };
 use rnn_testutil::{assert_close_on, check_gradients, expect_err, rand64, test_device, to, tolerance, widest_float};
 
@@ -143,6 +143,36 @@ fn block_init_and_names(device: Device) -> Result<()> {
     Ok(())
 }
 test_device!(block_init_and_names_test, block_init_and_names);
+
+// ---------------------------------------------------------------- MultiHeadAttention options
+
+/// The fused causal flag and key lengths give what the equivalent mask tensors give, alone
+/// and combined with a mask tensor; a length of 0 is an error.
+fn attention_causal_and_key_length_options(device: Device) -> Result<()> {
+    let dtype = widest_float(device);
+    let p: Vec<Tensor> = block_params(30, 4)?[2..6].iter().map(|t| to(t, dtype, device)).collect::<Result<_>>()?;
+    let out_proj = rnn_nn::Linear::from_tensors(p[2].clone(), Some(p[3].clone()));
+    let attn = rnn_nn::MultiHeadAttention::from_tensors(p[0].clone(), Some(p[1].clone()), out_proj, 2)?;
+    let x = to(&rand64(31, &[2, 3, 4])?, dtype, device)?;
+    let tol = tolerance(dtype).op;
+    let causal_u8 = rnn_nn::causal_mask(3, device)?;
+    let with_tensor = attn.forward_qkv(&x, &x, &x, Some(&causal_u8))?;
+    assert_close_on("causal flag", &attn.forward_with(&x, &x, &x, AttentionMasks::causal())?, &with_tensor, tol);
+    let lengths = Tensor::from_vec(vec![3u32, 2], 2, device)?;
+    let padding = Tensor::from_vec(vec![0u8, 0, 0, 0, 0, 1], (2, 3), device)?;
+    let by_lengths = AttentionMasks { key_lengths: Some(&lengths), causal: true, ..Default::default() };
+    let by_tensors =
+        AttentionMasks { attn_mask: Some(&causal_u8), key_padding_mask: Some(&padding), ..Default::default() };
+    let want = attn.forward_with(&x, &x, &x, by_tensors)?;
+    assert_close_on("key lengths", &attn.forward_with(&x, &x, &x, by_lengths)?, &want, tol);
+    let mixed = AttentionMasks { key_padding_mask: Some(&padding), causal: true, ..Default::default() };
+    assert_close_on("causal flag + padding tensor", &attn.forward_with(&x, &x, &x, mixed)?, &want, tol);
+    let empty = Tensor::from_vec(vec![3u32, 0], 2, device)?;
+    let masks = AttentionMasks { key_lengths: Some(&empty), ..Default::default() };
+    expect_err(attn.forward_with(&x, &x, &x, masks), "key_lengths[1] = 0");
+    Ok(())
+}
+test_device!(attention_causal_and_key_length_options_test, attention_causal_and_key_length_options);
 
 // ---------------------------------------------------------------- GPT
 

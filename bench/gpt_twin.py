@@ -173,7 +173,7 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        loss_sum += float(loss)
+        loss_sum += loss.item()
         if step % args.eval_every == 0 or step == args.steps:
             seconds = (time.perf_counter() - since) / (step - last)
             vl = val_loss(model, val, context, args.batch_size, args.val_windows)

@@ -27,6 +27,8 @@ echo "== PyTorch twin"
 "$python" bench/gpt_twin.py --init "$tmp/ours/init.safetensors" --data "$data" --steps "$steps" \
     --batch-size "$batch" --seed "$seed" --threads "$threads" --json "$tmp/twin.json"
 
+# machine.sh asks `python3` for the torch version: make it the one that runs the twin.
+case "$python" in */*) PATH="$(dirname "$python"):$PATH" ;; esac
 source bench/machine.sh
 day=$(date +%F)
 out="bench/results/${day}-gpt-cpu-${threads}core-${slug}.md"

@@ -280,7 +280,7 @@ fn check_key_lengths(lengths: &Tensor, batch: usize) -> Result<()> {
             format!("key_lengths must be [B] = [{batch}] integers, got {:?} {:?}", lengths.dims(), lengths.dtype());
         return Err(Error::invalid(NAME, msg));
     }
-    let values = lengths.to_dtype(DType::F64)?.to_vec::<f64>()?;
+    let values = lengths.to_f64_vec()?;
     if let Some(b) = values.iter().position(|&n| n < 1.0) {
         let msg = format!("key_lengths[{b}] = {} leaves batch {b} no key to attend to; each must be >= 1", values[b]);
         return Err(Error::invalid(NAME, msg));

@@ -53,12 +53,13 @@ pub fn run(sizes: TrainSizes, device: Device, out: &mut dyn Write) -> CliResult<
     writeln!(out, "device {device}, {threads} threads, batch {BATCH_SIZE}, Adam, best of {} epochs", sizes.epochs)?;
     writeln!(out, "{:<28} {:>10} {:>12} {:>12}", "workload", "samples", "epoch ms", "samples/s")?;
     let mut records = Vec::new();
-    for (kind, n) in [(ModelKind::Mlp, sizes.mlp_samples), (ModelKind::Cnn, sizes.cnn_samples)] {
+    let (mlp_n, cnn_n) = (sizes.mlp_samples, sizes.cnn_samples);
+    let workloads = [
+        (ModelKind::Mlp, mlp_n, format!("train_mlp_784_512_256_10_n{mlp_n}")),
+        (ModelKind::Cnn, cnn_n, format!("train_cnn_16_32_n{cnn_n}")),
+    ];
+    for (kind, n, name) in workloads {
         let seconds = best_epoch_seconds(kind, n, sizes.epochs, device)?;
-        let name = match kind {
-            ModelKind::Mlp => format!("train_mlp_784_512_256_10_n{n}"),
-            ModelKind::Cnn => format!("train_cnn_16_32_n{n}"),
-        };
         writeln!(out, "{name:<28} {n:>10} {:>12.1} {:>12.0}", seconds * 1e3, n as f64 / seconds)?;
         let record =
             Record { suite: "train", name, metric: "ms", value: seconds * 1e3, higher_is_better: false, threads };

@@ -1,4 +1,4 @@
-//! The `rnn` command: `devices`, `bench cpu`, `train`.
+//! The `rnn` command: `devices`, `bench`, `train`, `generate`.
 
 mod bench_attention;
 mod bench_cpu;
@@ -7,6 +7,7 @@ mod bench_fused_nn;
 mod bench_gpu;
 mod bench_train;
 mod devices;
+mod gpt;
 mod timing;
 mod train;
 
@@ -41,6 +42,8 @@ enum Command {
     /// Train a digit classifier (built-in drawn digits by default, or MNIST) on the best
     /// device; writes loss/accuracy curves and a checkpoint.
     Train(train::TrainArgs),
+    /// Sample text from a GPT checkpoint written by `rnn train --model gpt`.
+    Generate(gpt::GenerateArgs),
 }
 
 #[derive(Subcommand)]
@@ -129,6 +132,7 @@ fn run(command: Command) -> CliResult<ExitCode> {
         Command::Bench(BenchSuite::Gpu(args)) => bench_gpu(&args)?,
         Command::Bench(BenchSuite::Attention(args)) => bench_attention(&args)?,
         Command::Train(args) => train::run(&args)?,
+        Command::Generate(args) => gpt::generate(&args)?,
     }
     Ok(ExitCode::SUCCESS)
 }

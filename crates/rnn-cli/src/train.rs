@@ -1,5 +1,6 @@
 //! `rnn train`: trains a digit classifier (MLP or small CNN) on the built-in drawn digits
-//! or on MNIST IDX files, on the best device, and writes curves and a checkpoint.
+//! or on MNIST IDX files, on the best device, and writes curves and a checkpoint; with
+//! `--model gpt`, a character-level GPT on a text (see `gpt.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -16,20 +17,25 @@ pub enum ModelKind {
     Mlp,
     /// conv(16, 3x3) - pool - conv(32, 3x3) - pool - dense(10).
     Cnn,
+    /// A character-level GPT language model; needs `--data text:<file>` (`text:` alone: the
+    /// built-in King James Bible).
+    Gpt,
 }
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
     /// `builtin` (procedurally drawn 28x28 digits, no download) or `mnist:<dir>` (IDX files,
-    /// .gz or raw; with only the t10k files, the first 8,000 train and the last 2,000 test).
+    /// .gz or raw; with only the t10k files, the first 8,000 train and the last 2,000 test);
+    /// for `--model gpt`: `text:<file>` (UTF-8, raw or .gz) or `text:` (the built-in corpus).
     #[arg(long, default_value = "builtin")]
     pub data: String,
     #[arg(long, value_enum, default_value_t = ModelKind::Mlp)]
     pub model: ModelKind,
     #[arg(long, default_value_t = 5)]
     pub epochs: usize,
-    #[arg(long, default_value_t = 64)]
-    pub batch_size: usize,
+    /// Samples per batch (default: 64; 32 windows for the GPT).
+    #[arg(long)]
+    pub batch_size: Option<usize>,
     /// Adam learning rate.
     #[arg(long, default_value_t = 1e-3)]
     pub lr: f64,
@@ -47,6 +53,8 @@ pub struct TrainArgs {
     /// No progress output, only the final summary.
     #[arg(long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub gpt: crate::gpt::GptArgs,
 }
 
 pub fn run(args: &TrainArgs) -> CliResult<()> {
@@ -57,12 +65,15 @@ pub fn run(args: &TrainArgs) -> CliResult<()> {
     device.check_available()?;
     std::fs::create_dir_all(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
     println!("device: {device}{}", if device.is_cpu() { " (no GPU selected or available)" } else { "" });
+    if args.model == ModelKind::Gpt {
+        return crate::gpt::run(args, device);
+    }
     let (train, test) = load_data(args)?;
     println!("data: {} ({} training, {} test samples)", train.name, train.len(), test.len());
     let mut net = build_model(args.model, args.seed)?;
     println!("{}", net.summary());
     let config = TrainingConfig {
-        batch_size: args.batch_size,
+        batch_size: args.batch_size.unwrap_or(64),
         max_epochs: args.epochs,
         learning_rate: args.lr,
         validation_split: 0.1,
@@ -115,6 +126,7 @@ pub fn build_model(kind: ModelKind, seed: u64) -> rnn::Result<Network> {
         ModelKind::Mlp => Network::with_input_size(784)?
             .add_layer(LayerBuilder::dense(512).activation(ReLU))
             .add_layer(LayerBuilder::dense(256).activation(ReLU)),
+        ModelKind::Gpt => return Err(rnn::Error::invalid("rnn train", "the GPT is not a Network (see gpt.rs)")),
         ModelKind::Cnn => Network::with_input_shape(&[1, 28, 28])?
             .add_layer(LayerBuilder::conv2d(16, 3).padding(1).activation(ReLU))
             .add_layer(LayerBuilder::max_pool2d(2))
@@ -134,6 +146,7 @@ pub fn shape_inputs(x: &Tensor, kind: ModelKind) -> rnn::Result<Tensor> {
     match kind {
         ModelKind::Mlp => x.flatten(1, -1),
         ModelKind::Cnn => x.reshape((x.dims()[0], 1, 28, 28)),
+        ModelKind::Gpt => Err(rnn::Error::invalid("rnn train", "the GPT reads text, not images")),
     }
 }
 

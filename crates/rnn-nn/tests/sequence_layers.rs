@@ -207,7 +207,11 @@ fn attention_gradcheck_qkv_and_weights(device: Device) -> Result<()> {
         check_gradients(device, &inputs, |xs| {
             let on_device = |m: Option<&Tensor>| m.map(|m| like(m, &xs[0])).transpose();
             let (attn_mask, key_padding_mask) = (on_device(attn_mask)?, on_device(key_padding_mask)?);
-            let mask = AttentionMasks { attn_mask: attn_mask.as_ref(), key_padding_mask: key_padding_mask.as_ref() };
+            let mask = AttentionMasks {
+                attn_mask: attn_mask.as_ref(),
+                key_padding_mask: key_padding_mask.as_ref(),
+                ..Default::default()
+            };
             attention_from(&xs[3..], 2)?.forward_with(&xs[0], &xs[1], &xs[2], mask)
         })?;
     }
@@ -299,11 +303,11 @@ fn attention_errors(device: Device) -> Result<()> {
     let u32_mask = Tensor::zeros((3, 5), DType::U32, device)?;
     expect_err(attention.forward_qkv(&q, &kv, &kv, Some(&u32_mask)), "must be u8");
     let bad_padding = Tensor::zeros((2, 3), DType::U8, device)?;
-    let masks = AttentionMasks { attn_mask: None, key_padding_mask: Some(&bad_padding) };
+    let masks = AttentionMasks { attn_mask: None, key_padding_mask: Some(&bad_padding), ..Default::default() };
     expect_err(attention.forward_with(&q, &kv, &kv, masks), "key_padding_mask must be");
     // Batch 1 has every key padded: no query there can attend to anything.
     let all_padded = Tensor::from_vec(vec![0u8, 0, 1, 0, 0, 1, 1, 1, 1, 1], (2, 5), device)?;
-    let masks = AttentionMasks { attn_mask: None, key_padding_mask: Some(&all_padded) };
+    let masks = AttentionMasks { attn_mask: None, key_padding_mask: Some(&all_padded), ..Default::default() };
     expect_err(attention.forward_with(&q, &kv, &kv, masks), "every key for query 0 (batch 1");
     let bad_proj = Linear::from_tensors(rand(0, &[4, 3])?, None);
     expect_err(MultiHeadAttention::from_tensors(rand(0, &[12, 4])?, None, bad_proj, 2), "out_proj.weight");
@@ -328,10 +332,10 @@ fn sequence_layers_run_in_f32(device: Device) -> Result<()> {
     let (q, kv) = (rand64(4, &[2, 3, 4])?, rand64(5, &[2, 4, 4])?);
     let padding = Tensor::from_vec(vec![0u8, 0, 0, 1, 0, 1, 0, 0], (2, 4), CPU)?;
     let mask = rand64(6, &[3, 4])?;
-    let masks = AttentionMasks { attn_mask: Some(&mask), key_padding_mask: Some(&padding) };
+    let masks = AttentionMasks { attn_mask: Some(&mask), key_padding_mask: Some(&padding), ..Default::default() };
     let out64 = attention_from(&params, 2)?.forward_with(&q, &kv, &kv, masks)?;
     let (padding, mask) = (padding.to_device(device)?, to(&mask, widest_float(device), device)?);
-    let masks = AttentionMasks { attn_mask: Some(&mask), key_padding_mask: Some(&padding) };
+    let masks = AttentionMasks { attn_mask: Some(&mask), key_padding_mask: Some(&padding), ..Default::default() };
     let (q32, kv32) = (to(&q, DType::F32, device)?, to(&kv, DType::F32, device)?);
     let out32 = attention_from(&f32_on(&params)?, 2)?.forward_with(&q32, &kv32, &kv32, masks)?;
     assert_close_on("attention in f32", &out32, &out64, tol);
@@ -432,7 +436,11 @@ fn attention_case(case: &Value, dtype: DType, device: Device) -> Check<f64> {
     };
     let mask = |key: &str| case.get(key).map(|m| golden::tensor(m, dtype, device)).transpose();
     let (attn_mask, key_padding_mask) = (mask("attn_mask")?, mask("key_padding_mask")?);
-    let masks = AttentionMasks { attn_mask: attn_mask.as_ref(), key_padding_mask: key_padding_mask.as_ref() };
+    let masks = AttentionMasks {
+        attn_mask: attn_mask.as_ref(),
+        key_padding_mask: key_padding_mask.as_ref(),
+        ..Default::default()
+    };
     let out = attention.forward_with(&q, &k, &v, masks).map_err(err)?;
     let case = serde_json::json!({"outputs": {"out": case["out"]}, "w": {"out": case["w"]}, "grads": case["grads"]});
     let (tol_out, tol_grad) = golden_tols(dtype, device);

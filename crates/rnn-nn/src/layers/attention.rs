@@ -4,9 +4,14 @@
 //! `out = out_proj(concat_h(softmax(Q_h K_hᵀ / sqrt(d) + mask) V_h))` with
 //! `Q, K, V = q W_qᵀ + b_q, k W_kᵀ + b_k, v W_vᵀ + b_v` (the three stacked in
 //! `in_proj_weight`), `d = embed_dim / num_heads`. Dropout on the attention weights is not
-//! supported.
+//! supported. The attention itself is `rnn_core::scaled_dot_product_attention` (the fused
+//! kernel where a backend has one).
 //!
-//! Masks (all optional, combined by adding):
+//! Masks (all optional, combined):
+//! - `causal`: query `i` attends to keys `j <= i` (PyTorch's `is_causal`); handled inside
+//!   the fused attention, no mask tensor is made.
+//! - `key_lengths` `[B]` (u32 or i64): batch element `b` attends to its first `lengths[b]`
+//!   keys, also inside the fused attention. Each length must be at least 1.
 //! - `attn_mask` `[L, S]`, `[B, L, S]` or `[B * num_heads, L, S]` (PyTorch's 3-D layout):
 //!   u8, where **1 means "may not attend"** (PyTorch's bool mask), or float, added to the
 //!   scores (use -inf to forbid).
@@ -17,7 +22,7 @@
 //! weights silently. Only masks that forbid with -inf can do that: a large finite negative
 //! float mask gives a uniform row.
 
-use rnn_core::{DType, Device, Error, Result, Tensor};
+use rnn_core::{scaled_dot_product_attention, AttentionMask, DType, Device, Error, Result, Tensor};
 
 use crate::{Init, Linear, Module, VarBuilder};
 
@@ -30,6 +35,17 @@ pub struct AttentionMasks<'a> {
     pub attn_mask: Option<&'a Tensor>,
     /// `[B, S]`; u8 (1 = padding key) or float (added).
     pub key_padding_mask: Option<&'a Tensor>,
+    /// Query `i` attends to keys `j <= i` only.
+    pub causal: bool,
+    /// `[B]` valid keys per batch element (u32 or i64), each at least 1.
+    pub key_lengths: Option<&'a Tensor>,
+}
+
+impl AttentionMasks<'_> {
+    /// The causal mask of a decoder, without a mask tensor.
+    pub fn causal() -> Self {
+        AttentionMasks { causal: true, ..Default::default() }
+    }
 }
 
 /// A u8 `[len, len]` mask with 1 above the diagonal: query `i` may attend to keys `0..=i`.
@@ -106,25 +122,55 @@ impl MultiHeadAttention {
     /// Attention of queries `q` `[B, L, E]` over keys `k` and values `v` `[B, S, E]`, with an
     /// optional `attn_mask` (see the module docs); `[B, L, E]`.
     pub fn forward_qkv(&self, q: &Tensor, k: &Tensor, v: &Tensor, attn_mask: Option<&Tensor>) -> Result<Tensor> {
-        self.forward_with(q, k, v, AttentionMasks { attn_mask, key_padding_mask: None })
+        self.forward_with(q, k, v, AttentionMasks { attn_mask, ..Default::default() })
     }
 
-    /// Like [`forward_qkv`](Self::forward_qkv), with both kinds of mask.
+    /// Like [`forward_qkv`](Self::forward_qkv), with every kind of mask.
     pub fn forward_with(&self, q: &Tensor, k: &Tensor, v: &Tensor, masks: AttentionMasks) -> Result<Tensor> {
         let (batch, len_q, len_k) = self.check_inputs(q, k, v)?;
-        let mask = self.additive_mask(&masks, batch, len_q, len_k, q.dtype())?;
+        let mask = self.fused_mask(&masks, batch, len_q, len_k, q.dtype())?;
         let (queries, keys, values) = self.project_inputs(q, k, v)?;
         let (queries, keys, values) =
             (self.split_heads(&queries)?, self.split_heads(&keys)?, self.split_heads(&values)?);
-        let scale = 1.0 / (self.head_dim() as f64).sqrt();
-        let mut scores = queries.matmul(&keys.transpose(2, 3)?)?.mul_scalar(scale)?;
-        if let Some(mask) = mask {
-            scores = scores.add(&mask)?;
-        }
-        let attended = scores.softmax(3)?.matmul(&values)?;
+        let attended = scaled_dot_product_attention(&queries, &keys, &values, &mask, None)?;
         // [B, H, L, d] -> [B, L, H * d]
         let merged = attended.transpose(1, 2)?.reshape((batch, len_q, self.embed_dim()))?;
         self.out_proj.forward(&merged)
+    }
+
+    /// The masks as the fused attention takes them. The causal flag and key lengths go in
+    /// as they are (no tensor of scores' size), unless a mask tensor is given too: then the
+    /// causal mask is folded into the additive mask, so one check sees every forbidden key.
+    fn fused_mask(
+        &self,
+        masks: &AttentionMasks,
+        batch: usize,
+        len_q: usize,
+        len_k: usize,
+        dtype: DType,
+    ) -> Result<AttentionMask> {
+        let mut mask = AttentionMask::none();
+        if let Some(lengths) = masks.key_lengths {
+            check_key_lengths(lengths, batch)?;
+            mask.key_lengths = Some(lengths.clone());
+        }
+        match self.additive_mask(masks, batch, len_q, len_k, dtype)? {
+            None => mask.causal = masks.causal,
+            Some(bias) => {
+                let bias = match masks.causal {
+                    true => {
+                        // Top-left aligned like the fused mask: query i sees keys j <= i.
+                        let square = causal_mask(len_q.max(len_k), bias.device())?;
+                        let causal = square.narrow(0, 0, len_q)?.narrow(1, 0, len_k)?;
+                        bias.add(&to_additive(&causal, "causal", dtype)?)?
+                    }
+                    false => bias,
+                };
+                check_no_empty_row(&bias)?;
+                mask.bias = Some(bias);
+            }
+        }
+        Ok(mask)
     }
 
     /// Checks shapes and dtypes; returns (batch, query length, key length).
@@ -178,8 +224,8 @@ impl MultiHeadAttention {
         x.reshape((b, l, self.num_heads, self.head_dim()))?.transpose(1, 2)
     }
 
-    /// Both masks as one float tensor to add to the `[B, H, L, S]` scores (it broadcasts),
-    /// after checking that no query row is left without a key.
+    /// Both mask tensors as one float tensor to add to the `[B, H, L, S]` scores (it
+    /// broadcasts as `[B or 1, H or 1, L, S]`).
     fn additive_mask(
         &self,
         masks: &AttentionMasks,
@@ -218,14 +264,28 @@ impl MultiHeadAttention {
                 return Err(Error::invalid(NAME, msg));
             }
         };
-        let mask = match (attn, padding) {
-            (Some(a), Some(p)) => a.add(&p)?,
-            (Some(m), None) | (None, Some(m)) => m,
-            (None, None) => return Ok(None),
-        };
-        check_no_empty_row(&mask)?;
-        Ok(Some(mask))
+        Ok(match (attn, padding) {
+            (Some(a), Some(p)) => Some(a.add(&p)?),
+            (Some(m), None) | (None, Some(m)) => Some(m),
+            (None, None) => None,
+        })
     }
+}
+
+/// Key lengths are `[B]` integers, each at least 1: a batch element with no key would
+/// leave its queries nothing to attend to. Reads the lengths back (a sync point on a GPU).
+fn check_key_lengths(lengths: &Tensor, batch: usize) -> Result<()> {
+    if lengths.dims() != [batch] || lengths.dtype().is_float() {
+        let msg =
+            format!("key_lengths must be [B] = [{batch}] integers, got {:?} {:?}", lengths.dims(), lengths.dtype());
+        return Err(Error::invalid(NAME, msg));
+    }
+    let values = lengths.to_f64_vec()?;
+    if let Some(b) = values.iter().position(|&n| n < 1.0) {
+        let msg = format!("key_lengths[{b}] = {} leaves batch {b} no key to attend to; each must be >= 1", values[b]);
+        return Err(Error::invalid(NAME, msg));
+    }
+    Ok(())
 }
 
 fn check_heads(embed_dim: usize, num_heads: usize) -> Result<()> {

@@ -128,15 +128,21 @@ fn find_file(dir: &Path, split: MnistSplit, kind: &str, rank: usize) -> Result<P
 }
 
 /// The file's bytes, decompressed when they start with the gzip magic.
-fn read_maybe_gzip(path: &Path) -> Result<Vec<u8>> {
+pub(crate) fn read_maybe_gzip(path: &Path) -> Result<Vec<u8>> {
     let raw = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    gunzip_if_gzip(path, raw)
+}
+
+/// `raw` decompressed when it starts with the gzip magic, else as it is; `origin` names the
+/// data in errors.
+pub(crate) fn gunzip_if_gzip(origin: &Path, raw: Vec<u8>) -> Result<Vec<u8>> {
     if !raw.starts_with(&GZIP_MAGIC) {
         return Ok(raw);
     }
     let mut out = Vec::new();
     flate2::read::MultiGzDecoder::new(raw.as_slice())
         .read_to_end(&mut out)
-        .map_err(|e| Error::bad_file(path, format!("corrupt gzip data: {e}")))?;
+        .map_err(|e| Error::bad_file(origin, format!("corrupt gzip data: {e}")))?;
     Ok(out)
 }
 

@@ -1,15 +1,18 @@
 //! Datasets: an in-memory [`Dataset`] of inputs and class labels, MNIST IDX files
 //! ([`mnist`]), a built-in set of procedurally drawn digits that needs no download
-//! ([`digits`]) and shuffled mini-batch indices ([`Batches`]).
+//! ([`digits`]), shuffled mini-batch indices ([`Batches`]) and character-level text for
+//! language models ([`text`]).
 
 mod batches;
 pub mod digits;
 pub mod mnist;
+pub mod text;
 
 pub use batches::Batches;
 pub use digits::{render_ascii, synthetic_digits, synthetic_digits_with_shape};
 pub use mnist::{load_mnist, load_mnist_with_shape, read_idx_images, read_idx_images_with_shape, read_idx_labels};
 pub use mnist::{ImageShape, MnistSplit};
+pub use text::{TextDataset, TextSplit, Vocab, WindowSampler};
 
 use rnn_core::{DType, Device, Error, Result, Tensor};
 

@@ -47,6 +47,17 @@ pub mod wgsl {
     pub const FOLD2D: &str = include_str!("../wgsl/fold2d.wgsl");
     /// Optimizer updates (SGD, Adam / AdamW, RMSprop, Adagrad) of one parameter, in place.
     pub const OPTIM: &str = include_str!("../wgsl/optim.wgsl");
+
+    // ---- Scaled dot-product attention (fused/attention/gpu.rs) ----
+    /// Fused attention's forward: the shared part, then the pass.
+    pub const ATTENTION_FWD: &str =
+        concat!(include_str!("../wgsl/attention_common.wgsl"), include_str!("../wgsl/attention_fwd.wgsl"));
+    /// Fused attention's backward dq pass (also writes delta = rowsum(dO * O)).
+    pub const ATTENTION_BWD_DQ: &str =
+        concat!(include_str!("../wgsl/attention_common.wgsl"), include_str!("../wgsl/attention_bwd_dq.wgsl"));
+    /// Fused attention's backward dk / dv pass (and the bias gradient).
+    pub const ATTENTION_BWD_DKDV: &str =
+        concat!(include_str!("../wgsl/attention_common.wgsl"), include_str!("../wgsl/attention_bwd_dkdv.wgsl"));
 }
 
 /// CUDA C kernel templates for the CUDA backend, compiled by NVRTC for the device's own
@@ -81,6 +92,11 @@ pub mod cuda {
     /// Optimizer updates (SGD, Adam / AdamW, RMSprop, Adagrad) of many parameters in one
     /// launch, in place, through a table of buffer addresses (multi-tensor apply).
     pub const OPTIM: &str = include_str!("../cuda/optim.cu");
+
+    // ---- Scaled dot-product attention (fused/attention/gpu.rs) ----
+    /// Fused attention, FlashAttention-2 style: the forward and the two backward passes
+    /// (dq; dk, dv and the bias gradient), selected by the `{{pass}}` placeholder.
+    pub const ATTENTION: &str = include_str!("../cuda/attention.cu");
 
     /// Every template, by name (for compile checks).
     pub const ALL: &[(&str, &str)] = &[

@@ -6,6 +6,7 @@
 //!
 //! `cargo test -p rnn-core --features cuda-emu --lib emu::` (prints the variant count).
 
+mod attention;
 mod families;
 mod optim;
 

@@ -36,6 +36,9 @@ typedef {{C}} C;
 #define TPR 8
 #define THREADS (ROWS * TPR)
 #define FEATS (DMAX / TPR)
+// The row stride of shared tiles: one more than DMAX, so that the TPR threads of a row,
+// which read TPR different tile rows at the same feature, hit different banks.
+#define LD (DMAX + 1)
 #define PER_THREAD (COLS / TPR)
 
 #define CAUSAL 1ull
@@ -106,9 +109,9 @@ __device__ __forceinline__ C score(const Problem& p, C dot, u64 i, u64 j, u64 en
     return x;
 }
 
-// rows [n0, n0 + count) of a view into a zero-padded [count][DMAX] tile (features < f).
+// rows [n0, n0 + count) of a view into a zero-padded [count][LD] tile (features < f).
 template <int COUNT>
-__device__ __forceinline__ void stage(C (*tile)[DMAX], const T* x, const View& v, u64 b, u64 h, u64 n0, u64 n_end,
+__device__ __forceinline__ void stage(C (*tile)[LD], const T* x, const View& v, u64 b, u64 h, u64 n0, u64 n_end,
                                       u64 f) {
     for (u32 e = threadIdx.x; e < COUNT * DMAX; e += THREADS) {
         const u32 r = e / DMAX, c = e % DMAX;
@@ -131,9 +134,9 @@ __device__ __forceinline__ C lse_shift(C lse) { return lse == neg_inf() ? (C)0 :
 extern "C" __global__ void kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k,
                                   const T* __restrict__ v, const u32* __restrict__ lengths,
                                   const T* __restrict__ bias, T* __restrict__ out, C* __restrict__ lse) {
-    __shared__ C qs[ROWS][DMAX];
-    __shared__ C ks[COLS][DMAX];
-    __shared__ C vs[COLS][DMAX];
+    __shared__ C qs[ROWS][LD];
+    __shared__ C ks[COLS][LD];
+    __shared__ C vs[COLS][LD];
     __shared__ C ss[ROWS][COLS];
     const Problem p = problem(info);
     const View qv = view(info, 0), kv = view(info, 1), vv = view(info, 2), bv = view(info, 3);
@@ -201,10 +204,10 @@ extern "C" __global__ void kernel(const Info info, const T* __restrict__ q, cons
                                   const T* __restrict__ v, const T* __restrict__ o, const T* __restrict__ d_o,
                                   const C* __restrict__ lse, const u32* __restrict__ lengths,
                                   const T* __restrict__ bias, T* __restrict__ dq, C* __restrict__ delta) {
-    __shared__ C qs[ROWS][DMAX];
-    __shared__ C dos[ROWS][DMAX];
-    __shared__ C ks[COLS][DMAX];
-    __shared__ C vs[COLS][DMAX];
+    __shared__ C qs[ROWS][LD];
+    __shared__ C dos[ROWS][LD];
+    __shared__ C ks[COLS][LD];
+    __shared__ C vs[COLS][LD];
     __shared__ C ds[ROWS][COLS];
     const Problem p = problem(info);
     const View qv = view(info, 0), kv = view(info, 1), vv = view(info, 2), ov = view(info, 3), dov = view(info, 4),
@@ -264,10 +267,10 @@ extern "C" __global__ void kernel(const Info info, const T* __restrict__ q, cons
                                   const C* __restrict__ delta, const u32* __restrict__ lengths,
                                   const T* __restrict__ bias, T* __restrict__ dk, T* __restrict__ dv,
                                   T* __restrict__ dbias) {
-    __shared__ C ks[ROWS][DMAX];
-    __shared__ C vs[ROWS][DMAX];
-    __shared__ C qs[COLS][DMAX];
-    __shared__ C dos[COLS][DMAX];
+    __shared__ C ks[ROWS][LD];
+    __shared__ C vs[ROWS][LD];
+    __shared__ C qs[COLS][LD];
+    __shared__ C dos[COLS][LD];
     __shared__ C ps[ROWS][COLS];
     __shared__ C ds[ROWS][COLS];
     __shared__ C shifts[COLS];

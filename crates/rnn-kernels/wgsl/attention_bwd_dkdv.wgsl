@@ -14,10 +14,10 @@
 @group(0) @binding(10) var<storage, read_write> dv: array<{{T}}>;
 @group(0) @binding(11) var<storage, read_write> dbias: array<{{T}}>;
 
-var<workgroup> ks: array<f32, {{rows}} * {{dmax}}>;
-var<workgroup> vs: array<f32, {{rows}} * {{dmax}}>;
-var<workgroup> qs: array<f32, {{cols}} * {{dmax}}>;
-var<workgroup> dos: array<f32, {{cols}} * {{dmax}}>;
+var<workgroup> ks: array<f32, {{rows}} * ({{dmax}} + 1u)>;
+var<workgroup> vs: array<f32, {{rows}} * ({{dmax}} + 1u)>;
+var<workgroup> qs: array<f32, {{cols}} * ({{dmax}} + 1u)>;
+var<workgroup> dos: array<f32, {{cols}} * ({{dmax}} + 1u)>;
 var<workgroup> ps: array<f32, {{rows}} * {{cols}}>;
 var<workgroup> ds: array<f32, {{rows}} * {{cols}}>;
 var<workgroup> shifts: array<f32, {{cols}}>;
@@ -31,8 +31,8 @@ fn stage_keys(p: Problem, kv: View, vv: View, b: u32, h: u32, j0: u32, lid: u32)
         var y = 0.0;
         if (j < p.nk && c < p.d) { x = f32(k[row_at(kv, b, h, j) + c * kv.s3]); }
         if (j < p.nk && c < p.dv) { y = f32(v[row_at(vv, b, h, j) + c * vv.s3]); }
-        ks[e] = x;
-        vs[e] = y;
+        ks[e / DMAX * LD + c] = x;
+        vs[e / DMAX * LD + c] = y;
     }
 }
 
@@ -44,8 +44,8 @@ fn stage_queries(p: Problem, qv: View, dov: View, b: u32, h: u32, bh: u32, i0: u
         var y = 0.0;
         if (n < p.nq && c < p.d) { x = f32(q[row_at(qv, b, h, n) + c * qv.s3]); }
         if (n < p.nq && c < p.dv) { y = f32(d_o[row_at(dov, b, h, n) + c * dov.s3]); }
-        qs[e] = x;
-        dos[e] = y;
+        qs[e / DMAX * LD + c] = x;
+        dos[e / DMAX * LD + c] = y;
     }
     for (var e = lid; e < COLS; e = e + THREADS) {
         var s = 0.0;
@@ -67,8 +67,8 @@ fn probs(p: Problem, bv: View, b: u32, h: u32, bh: u32, j: u32, i0: u32, end: u3
         var dot = 0.0;
         var dp = 0.0;
         for (var c = 0u; c < DMAX; c = c + 1u) {
-            dot = dot + qs[ii * DMAX + c] * ks[r * DMAX + c];
-            dp = dp + dos[ii * DMAX + c] * vs[r * DMAX + c];
+            dot = dot + qs[ii * LD + c] * ks[r * LD + c];
+            dp = dp + dos[ii * LD + c] * vs[r * LD + c];
         }
         let inside = i < p.nq && j < p.nk;
         let pr = select(0.0, exp(score(p, dot, i, j, end, bv, b, h) - shifts[ii]), inside);
@@ -121,8 +121,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 let pr = ps[r * COLS + ii];
                 let g = ds[r * COLS + ii];
                 for (var f = 0u; f < FEATS; f = f + 1u) {
-                    dv_acc[f] = dv_acc[f] + pr * dos[ii * DMAX + sub + TPR * f];
-                    dk_acc[f] = dk_acc[f] + g * qs[ii * DMAX + sub + TPR * f];
+                    dv_acc[f] = dv_acc[f] + pr * dos[ii * LD + sub + TPR * f];
+                    dk_acc[f] = dk_acc[f] + g * qs[ii * LD + sub + TPR * f];
                 }
             }
         }

@@ -12,10 +12,10 @@
 @group(0) @binding(9) var<storage, read_write> dq: array<{{T}}>;
 @group(0) @binding(10) var<storage, read_write> delta: array<f32>;
 
-var<workgroup> qs: array<f32, {{rows}} * {{dmax}}>;
-var<workgroup> dos: array<f32, {{rows}} * {{dmax}}>;
-var<workgroup> ks: array<f32, {{cols}} * {{dmax}}>;
-var<workgroup> vs: array<f32, {{cols}} * {{dmax}}>;
+var<workgroup> qs: array<f32, {{rows}} * ({{dmax}} + 1u)>;
+var<workgroup> dos: array<f32, {{rows}} * ({{dmax}} + 1u)>;
+var<workgroup> ks: array<f32, {{cols}} * ({{dmax}} + 1u)>;
+var<workgroup> vs: array<f32, {{cols}} * ({{dmax}} + 1u)>;
 var<workgroup> ds: array<f32, {{rows}} * {{cols}}>;
 
 fn stage_queries(p: Problem, qv: View, dov: View, b: u32, h: u32, i0: u32, lid: u32) {
@@ -26,8 +26,8 @@ fn stage_queries(p: Problem, qv: View, dov: View, b: u32, h: u32, i0: u32, lid: 
         var y = 0.0;
         if (n < p.nq && c < p.d) { x = f32(q[row_at(qv, b, h, n) + c * qv.s3]); }
         if (n < p.nq && c < p.dv) { y = f32(d_o[row_at(dov, b, h, n) + c * dov.s3]); }
-        qs[e] = x;
-        dos[e] = y;
+        qs[e / DMAX * LD + c] = x;
+        dos[e / DMAX * LD + c] = y;
     }
 }
 
@@ -39,8 +39,8 @@ fn stage_keys(p: Problem, kv: View, vv: View, b: u32, h: u32, j0: u32, lid: u32)
         var y = 0.0;
         if (j < p.nk && c < p.d) { x = f32(k[row_at(kv, b, h, j) + c * kv.s3]); }
         if (j < p.nk && c < p.dv) { y = f32(v[row_at(vv, b, h, j) + c * vv.s3]); }
-        ks[e] = x;
-        vs[e] = y;
+        ks[e / DMAX * LD + c] = x;
+        vs[e / DMAX * LD + c] = y;
     }
 }
 
@@ -51,8 +51,8 @@ fn score_grads(p: Problem, bv: View, b: u32, h: u32, i: u32, j0: u32, end: u32, 
         var dot = 0.0;
         var dp = 0.0;
         for (var c = 0u; c < DMAX; c = c + 1u) {
-            dot = dot + qs[r * DMAX + c] * ks[jj * DMAX + c];
-            dp = dp + dos[r * DMAX + c] * vs[jj * DMAX + c];
+            dot = dot + qs[r * LD + c] * ks[jj * LD + c];
+            dp = dp + dos[r * LD + c] * vs[jj * LD + c];
         }
         let pr = exp(score(p, dot, i, j0 + jj, end, bv, b, h) - shift);
         ds[r * COLS + jj] = select(0.0, pr * (dp - dl), i < p.nq && j0 + jj < p.nk);
@@ -87,7 +87,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var shift = 0.0;
         if (i < p.nq) {
             for (var c = 0u; c < p.dv; c = c + 1u) {
-                dl = dl + dos[r * DMAX + c] * f32(o[row_at(ov, b, h, i) + c * ov.s3]);
+                dl = dl + dos[r * LD + c] * f32(o[row_at(ov, b, h, i) + c * ov.s3]);
             }
             shift = lse_shift(lse[bh * p.nq + i]);
         }
@@ -101,7 +101,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             for (var jj = 0u; jj < COLS; jj = jj + 1u) {
                 let g = ds[r * COLS + jj];
                 for (var f = 0u; f < FEATS; f = f + 1u) {
-                    acc[f] = acc[f] + g * ks[jj * DMAX + sub + TPR * f];
+                    acc[f] = acc[f] + g * ks[jj * LD + sub + TPR * f];
                 }
             }
         }

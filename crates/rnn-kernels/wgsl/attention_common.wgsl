@@ -16,6 +16,9 @@ const DMAX: u32 = {{dmax}}u;
 const ROWS: u32 = {{rows}}u;
 const COLS: u32 = {{cols}}u;
 const THREADS: u32 = {{threads}}u;
+// The row stride of workgroup tiles: one more than DMAX, so that the TPR invocations of a
+// row, which read TPR different tile rows at the same feature, hit different banks.
+const LD: u32 = {{dmax}}u + 1u;
 const FEATS: u32 = {{dmax}}u / 8u;
 const PER_THREAD: u32 = {{cols}}u / 8u;
 

@@ -9,9 +9,9 @@
 @group(0) @binding(6) var<storage, read_write> out: array<{{T}}>;
 @group(0) @binding(7) var<storage, read_write> lse: array<f32>;
 
-var<workgroup> qs: array<f32, {{rows}} * {{dmax}}>;
-var<workgroup> ks: array<f32, {{cols}} * {{dmax}}>;
-var<workgroup> vs: array<f32, {{cols}} * {{dmax}}>;
+var<workgroup> qs: array<f32, {{rows}} * ({{dmax}} + 1u)>;
+var<workgroup> ks: array<f32, {{cols}} * ({{dmax}} + 1u)>;
+var<workgroup> vs: array<f32, {{cols}} * ({{dmax}} + 1u)>;
 var<workgroup> ss: array<f32, {{rows}} * {{cols}}>;
 
 // Keys and values j0 .. j0 + COLS into ks, vs.
@@ -23,8 +23,8 @@ fn stage_keys(p: Problem, kv: View, vv: View, b: u32, h: u32, j0: u32, lid: u32)
         var y = 0.0;
         if (j < p.nk && c < p.d) { x = f32(k[row_at(kv, b, h, j) + c * kv.s3]); }
         if (j < p.nk && c < p.dv) { y = f32(v[row_at(vv, b, h, j) + c * vv.s3]); }
-        ks[e] = x;
-        vs[e] = y;
+        ks[e / DMAX * LD + c] = x;
+        vs[e / DMAX * LD + c] = y;
     }
 }
 
@@ -34,7 +34,7 @@ fn scores(p: Problem, bv: View, b: u32, h: u32, i: u32, j0: u32, end: u32, r: u3
         let jj = sub + TPR * t;
         var dot = 0.0;
         for (var c = 0u; c < DMAX; c = c + 1u) {
-            dot = dot + qs[r * DMAX + c] * ks[jj * DMAX + c];
+            dot = dot + qs[r * LD + c] * ks[jj * LD + c];
         }
         ss[r * COLS + jj] = score(p, dot, i, j0 + jj, end, bv, b, h);
     }
@@ -65,7 +65,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let c = e % DMAX;
             var x = 0.0;
             if (n < p.nq && c < p.d) { x = f32(q[row_at(qv, b, h, n) + c * qv.s3]); }
-            qs[e] = x;
+            qs[e / DMAX * LD + c] = x;
         }
         var m = neg_inf();
         var shift = 0.0;
@@ -98,7 +98,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 let pj = ss[r * COLS + jj];
                 row_sum = row_sum + pj;
                 for (var f = 0u; f < FEATS; f = f + 1u) {
-                    acc[f] = acc[f] + pj * vs[jj * DMAX + sub + TPR * f];
+                    acc[f] = acc[f] + pj * vs[jj * LD + sub + TPR * f];
                 }
             }
             l = l * alpha + row_sum;

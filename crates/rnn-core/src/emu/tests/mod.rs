@@ -185,6 +185,7 @@ fn every_cuda_kernel_variant_runs_on_the_emulator_and_matches_the_cpu() {
     families::windows();
     families::products();
     optim::optimizers();
+    attention::attention();
     let executed = super::executed_variants();
     let missing: Vec<&String> = listed.iter().map(|(name, _)| name).filter(|n| !executed.contains(*n)).collect();
     let distinct: std::collections::BTreeSet<&str> = listed.iter().map(|(_, s)| s.key()).collect();

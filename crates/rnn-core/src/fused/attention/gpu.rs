@@ -26,12 +26,13 @@ const LENGTHS: usize = 2;
 const HAS_BIAS: usize = 4;
 const BIAS_GRAD: usize = 8;
 
-/// The kernels: the forward, the backward's dq pass and its dk / dv pass.
+/// The kernels: the forward, the backward's dq pass and its dk / dv pass (`PASS` in
+/// attention.cu).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pass {
-    Forward,
-    Dq,
-    DkDv,
+    Forward = 0,
+    Dq = 1,
+    DkDv = 2,
 }
 
 impl Pass {
@@ -56,11 +57,13 @@ impl Pass {
 
     /// Shared (workgroup) memory of a block of `rows` rows walking tiles of `cols`, in
     /// values of the compute type (as the kernels declare it).
+    /// Tiles have rows of `dmax + 1` values (against bank conflicts).
     fn shared_values(self, rows: usize, cols: usize, dmax: usize) -> usize {
+        let row = dmax + 1;
         match self {
-            Pass::Forward => (rows + 2 * cols) * dmax + rows * cols,
-            Pass::Dq => (2 * rows + 2 * cols) * dmax + rows * cols,
-            Pass::DkDv => (2 * rows + 2 * cols) * dmax + 2 * rows * cols + 2 * cols,
+            Pass::Forward => (rows + 2 * cols) * row + rows * cols,
+            Pass::Dq => (2 * rows + 2 * cols) * row + rows * cols,
+            Pass::DkDv => (2 * rows + 2 * cols) * row + 2 * rows * cols + 2 * cols,
         }
     }
 }
@@ -100,7 +103,7 @@ fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<Kern
     }
     let t = target.elem_type(OP, dtype)?;
     let (rows, cols) = tile(target, pass, dtype, dmax);
-    let pass_index = (Pass::ALL.iter().position(|&p| p == pass).unwrap_or(0)).to_string();
+    let pass_index = (pass as usize).to_string();
     let (dmax, rows_s, cols_s) = (dmax.to_string(), rows.to_string(), cols.to_string());
     let threads = (rows * THREADS_PER_ROW).to_string();
     let subs = [

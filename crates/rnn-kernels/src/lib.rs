@@ -62,6 +62,17 @@ pub mod wgsl {
     pub const CROSS_ENTROPY_BACKWARD: &str = include_str!("../wgsl/cross_entropy_backward.wgsl");
     /// `gelu(x + b)` and its gradient, elementwise with a broadcast bias.
     pub const BIAS_GELU: &str = include_str!("../wgsl/bias_gelu.wgsl");
+
+    // ---- Scaled dot-product attention (fused/attention/gpu.rs) ----
+    /// Fused attention's forward: the shared part, then the pass.
+    pub const ATTENTION_FWD: &str =
+        concat!(include_str!("../wgsl/attention_common.wgsl"), include_str!("../wgsl/attention_fwd.wgsl"));
+    /// Fused attention's backward dq pass (also writes delta = rowsum(dO * O)).
+    pub const ATTENTION_BWD_DQ: &str =
+        concat!(include_str!("../wgsl/attention_common.wgsl"), include_str!("../wgsl/attention_bwd_dq.wgsl"));
+    /// Fused attention's backward dk / dv pass (and the bias gradient).
+    pub const ATTENTION_BWD_DKDV: &str =
+        concat!(include_str!("../wgsl/attention_common.wgsl"), include_str!("../wgsl/attention_bwd_dkdv.wgsl"));
 }
 
 /// CUDA C kernel templates for the CUDA backend, compiled by NVRTC for the device's own
@@ -112,6 +123,11 @@ pub mod cuda {
     /// `gelu(x + b)` and its gradient, elementwise with a broadcast bias.
     pub const BIAS_GELU: &str = include_str!("../cuda/bias_gelu.cu");
 
+    // ---- Scaled dot-product attention (fused/attention/gpu.rs) ----
+    /// Fused attention, FlashAttention-2 style: the forward and the two backward passes
+    /// (dq; dk, dv and the bias gradient), selected by the `{{pass}}` placeholder.
+    pub const ATTENTION: &str = include_str!("../cuda/attention.cu");
+
     /// Every template, by name (for compile checks).
     pub const ALL: &[(&str, &str)] = &[
         ("fill", FILL),
@@ -133,5 +149,6 @@ pub mod cuda {
         ("cross_entropy", CROSS_ENTROPY),
         ("cross_entropy_backward", CROSS_ENTROPY_BACKWARD),
         ("bias_gelu", BIAS_GELU),
+        ("attention", ATTENTION),
     ];
 }

@@ -6,6 +6,7 @@
 //!
 //! `cargo test -p rnn-core --features cuda-emu --lib emu::` (prints the variant count).
 
+mod attention;
 mod families;
 mod fused_nn;
 mod optim;
@@ -186,6 +187,7 @@ fn every_cuda_kernel_variant_runs_on_the_emulator_and_matches_the_cpu() {
     families::products();
     optim::optimizers();
     fused_nn::fused_nn();
+    attention::attention();
     let executed = super::executed_variants();
     let missing: Vec<&String> = listed.iter().map(|(name, _)| name).filter(|n| !executed.contains(*n)).collect();
     let distinct: std::collections::BTreeSet<&str> = listed.iter().map(|(_, s)| s.key()).collect();

@@ -1,18 +1,231 @@
-//! Attention programs for CUDA and WGSL. (Kernels to come; `None` composes from primitives.)
+//! Attention programs for CUDA (`attention.cu`) and WGSL (`attention_*.wgsl`): the forward
+//! is one launch writing the output and the log-sum-exp; the backward is two, a dq pass that
+//! also writes `delta = rowsum(dO * O)` and a dk / dv pass that also writes the bias gradient.
+//!
+//! Kernels are specialized by dtype and by `dmax`, the feature bucket (32, 64 or 128) that
+//! holds both D and Dv: features past D are zero-padded in shared memory. Larger heads have
+//! no kernel and compose from primitives. q, k, v, o, do and the bias are read through their
+//! rank-4 views (start offset and four strides in `Info`), so strided and broadcast inputs
+//! need no copies; the mask flags are `Info` words, not variants.
 
-use super::{Attention, AttentionBackward};
-use crate::gpu::plan::{KernelSource, Program};
-use crate::gpu::target::Target;
-use crate::{DType, Layout, Result};
+use super::{stat_dtype, Attention, AttentionBackward, Dims, OP};
+use crate::gpu::elementwise::template;
+use crate::gpu::plan::{Arg, Grid, KernelSource, Program};
+use crate::gpu::target::{Lang, Target};
+use crate::{DType, Error, Layout, Result};
 
-pub(crate) fn forward(_: &Attention, _: &Target, _: &[(DType, &Layout, usize)]) -> Result<Option<Program>> {
-    Ok(None)
+/// Threads per query (or key) row: `TPR` in the kernels.
+const THREADS_PER_ROW: usize = 8;
+
+/// The feature buckets kernels exist for.
+const DMAX: [usize; 3] = [32, 64, 128];
+
+/// Flag words of `Info` (as in the kernels).
+const CAUSAL: usize = 1;
+const LENGTHS: usize = 2;
+const HAS_BIAS: usize = 4;
+const BIAS_GRAD: usize = 8;
+
+/// The kernels: the forward, the backward's dq pass and its dk / dv pass (`PASS` in
+/// attention.cu).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pass {
+    Forward = 0,
+    Dq = 1,
+    DkDv = 2,
 }
 
-pub(crate) fn backward(_: &AttentionBackward, _: &Target, _: &[(DType, &Layout, usize)]) -> Result<Option<Program>> {
-    Ok(None)
+impl Pass {
+    const ALL: [Pass; 3] = [Pass::Forward, Pass::Dq, Pass::DkDv];
+
+    fn name(self) -> &'static str {
+        match self {
+            Pass::Forward => "fwd",
+            Pass::Dq => "bwd_dq",
+            Pass::DkDv => "bwd_dkdv",
+        }
+    }
+
+    fn template(self, target: &Target) -> &'static str {
+        use rnn_kernels::{cuda, wgsl};
+        match self {
+            Pass::Forward => template(target, cuda::ATTENTION, wgsl::ATTENTION_FWD),
+            Pass::Dq => template(target, cuda::ATTENTION, wgsl::ATTENTION_BWD_DQ),
+            Pass::DkDv => template(target, cuda::ATTENTION, wgsl::ATTENTION_BWD_DKDV),
+        }
+    }
+
+    /// Shared (workgroup) memory of a block of `rows` rows walking tiles of `cols`, in
+    /// values of the compute type (as the kernels declare it).
+    /// Tiles have rows of `dmax + 1` values (against bank conflicts).
+    fn shared_values(self, rows: usize, cols: usize, dmax: usize) -> usize {
+        let row = dmax + 1;
+        match self {
+            Pass::Forward => (rows + 2 * cols) * row + rows * cols,
+            Pass::Dq => (2 * rows + 2 * cols) * row + rows * cols,
+            Pass::DkDv => (2 * rows + 2 * cols) * row + 2 * rows * cols + 2 * cols,
+        }
+    }
 }
 
-pub(crate) fn variants(_: &Target) -> Vec<(String, KernelSource)> {
-    Vec::new()
+/// The compute type's size in bytes.
+fn compute_bytes(target: &Target, dtype: DType) -> usize {
+    if target.lang == Lang::Cuda && dtype == DType::F64 {
+        8
+    } else {
+        4
+    }
+}
+
+/// The tile of a pass: (rows per block, columns per step), the largest that fits the static
+/// shared memory of a CUDA block (48 KiB) or WebGPU's guaranteed 16 KiB of workgroup memory.
+fn tile(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> (usize, usize) {
+    let limit = match target.lang {
+        Lang::Cuda => 46 * 1024,
+        Lang::Wgsl => 16 * 1024,
+    };
+    let fits = |&(rows, cols): &(usize, usize)| pass.shared_values(rows, cols, dmax) * compute_bytes(target, dtype) <= limit;
+    [(16, 32), (16, 16), (8, 16), (8, 8), (4, 8)].into_iter().find(fits).unwrap_or((4, 8))
+}
+
+/// The feature bucket of D and Dv, or `None` beyond the largest (composed then).
+fn bucket(dims: &Dims) -> Option<usize> {
+    DMAX.into_iter().find(|&b| dims.d.max(dims.dv) <= b)
+}
+
+fn variant(pass: Pass, dtype: DType, dmax: usize) -> String {
+    format!("attention/{}/{dtype}/d{dmax}", pass.name())
+}
+
+fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<KernelSource> {
+    if !dtype.is_float() {
+        return Err(Error::UnsupportedDType { op: OP, dtype, hint: ": attention needs a float dtype" });
+    }
+    let t = target.elem_type(OP, dtype)?;
+    let (rows, cols) = tile(target, pass, dtype, dmax);
+    let pass_index = (pass as usize).to_string();
+    let (dmax, rows_s, cols_s) = (dmax.to_string(), rows.to_string(), cols.to_string());
+    let threads = (rows * THREADS_PER_ROW).to_string();
+    let subs = [
+        ("T", t),
+        ("C", target.compute_type(dtype)),
+        ("pass", pass_index.as_str()),
+        ("dmax", dmax.as_str()),
+        ("rows", rows_s.as_str()),
+        ("cols", cols_s.as_str()),
+        ("threads", threads.as_str()),
+    ];
+    Ok(KernelSource::new(target, pass.template(target), &subs, target.needs_half(&[dtype])))
+}
+
+/// Every kernel variant: pass x dtype x feature bucket.
+pub(crate) fn variants(target: &Target) -> Vec<(String, KernelSource)> {
+    let mut v = Vec::new();
+    for pass in Pass::ALL {
+        for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+            for dmax in DMAX {
+                if let Ok(s) = source(target, pass, dtype, dmax) {
+                    v.push((variant(pass, dtype, dmax), s));
+                }
+            }
+        }
+    }
+    v
+}
+
+/// The `Info` words: sizes, the scale's bits, the mask flags, then the views.
+fn info(target: &Target, dims: &Dims, scale: f64, flags: usize, views: &[Option<&Layout>]) -> Result<Vec<u64>> {
+    let scale_bits = match target.lang {
+        Lang::Cuda => scale.to_bits(),
+        Lang::Wgsl => (scale as f32).to_bits() as u64,
+    };
+    let mut words = vec![dims.heads, dims.nq, dims.nk, dims.d, dims.dv, 0, flags, dims.batch * dims.heads];
+    for view in views {
+        match view {
+            Some(l) if l.dims().len() == 4 => {
+                words.push(l.start_offset());
+                words.extend_from_slice(l.strides());
+            }
+            Some(l) => return Err(Error::Msg(format!("internal: {OP} expects rank-4 views, got {:?}", l.dims()))),
+            None => words.extend([0; 5]),
+        }
+    }
+    let mut info = target.info(OP, &words, &[])?;
+    info[5] = scale_bits;
+    Ok(info)
+}
+
+/// The flag word of a forward (and its backward when `bias_grad`).
+fn flags(op: &Attention, bias_grad: bool) -> usize {
+    let mut f = 0;
+    for (on, bit) in [(op.causal, CAUSAL), (op.lengths, LENGTHS), (op.bias, HAS_BIAS), (bias_grad, BIAS_GRAD)] {
+        if on {
+            f |= bit;
+        }
+    }
+    f
+}
+
+/// A launch of `pass` over `rows` rows (queries or keys) of each of `pairs` (batch, head)
+/// pairs, tiled separately.
+fn launch(
+    p: &mut Program,
+    pass: Pass,
+    (dtype, dmax): (DType, usize),
+    (pairs, rows): (usize, usize),
+    args: &[Arg],
+    info: Vec<u64>,
+) -> Result<()> {
+    let target = p.target;
+    let (tile_rows, _) = tile(&target, pass, dtype, dmax);
+    let source = source(&target, pass, dtype, dmax)?;
+    let grid = Grid::Blocks(pairs * rows.div_ceil(tile_rows), (tile_rows * THREADS_PER_ROW) as u32);
+    p.kernel(source, variant(pass, dtype, dmax), grid, args, info)
+}
+
+pub(crate) fn forward(op: &Attention, target: &Target, inputs: &[(DType, &Layout, usize)]) -> Result<Option<Program>> {
+    let (dtype, ql, _) = inputs[0];
+    let dims = Dims::of(ql.dims(), inputs[1].1.dims(), inputs[2].1.dims());
+    let Some(dmax) = bucket(&dims) else { return Ok(None) };
+    let rows = dims.batch * dims.heads * dims.nq;
+    let outputs = [(dtype, rows * dims.dv), (stat_dtype(dtype), rows)];
+    let mut p = Program::with_outputs(target, OP, &outputs);
+    let bias = op.bias_input();
+    let views = [Some(ql), Some(inputs[1].1), Some(inputs[2].1), bias.map(|i| inputs[i].1)];
+    let info = info(target, &dims, op.scale, flags(op, false), &views)?;
+    let optional = |i: Option<usize>| Arg::Input(i.unwrap_or(0));
+    let args = [Arg::Input(0), Arg::Input(1), Arg::Input(2), optional(op.lengths_input()), optional(bias), Arg::Temp(0), Arg::Temp(1)];
+    launch(&mut p, Pass::Forward, (dtype, dmax), (dims.batch * dims.heads, dims.nq), &args, info)?;
+    Ok(Some(p))
+}
+
+pub(crate) fn backward(
+    op: &AttentionBackward,
+    target: &Target,
+    inputs: &[(DType, &Layout, usize)],
+) -> Result<Option<Program>> {
+    let (dtype, ql, _) = inputs[0];
+    let dims = Dims::of(ql.dims(), inputs[1].1.dims(), inputs[2].1.dims());
+    let Some(dmax) = bucket(&dims) else { return Ok(None) };
+    let pairs = dims.batch * dims.heads;
+    let mut outputs = vec![(dtype, pairs * dims.nq * dims.d), (dtype, pairs * dims.nk * dims.d), (dtype, pairs * dims.nk * dims.dv)];
+    if op.bias_grad {
+        outputs.push((dtype, pairs * dims.nq * dims.nk));
+    }
+    let mut p = Program::with_outputs(target, "scaled_dot_product_attention_backward", &outputs);
+    let delta = p.temp(stat_dtype(dtype), pairs * dims.nq);
+    // Without a bias gradient its kernel argument is a 1-element placeholder, never written.
+    let dbias = if op.bias_grad { Arg::Temp(3) } else { p.temp(dtype, 1) };
+    let bias = op.bias_input();
+    let view = |i: usize| Some(inputs[i].1);
+    let views = [view(0), view(1), view(2), view(3), view(4), bias.map(|i| inputs[i].1)];
+    let info = info(target, &dims, op.fwd.scale, flags(&op.fwd, op.bias_grad), &views)?;
+    let (lengths, bias) = (Arg::Input(op.lengths_input().unwrap_or(0)), Arg::Input(bias.unwrap_or(0)));
+    let (q, k, v, o, d_o, lse) = (Arg::Input(0), Arg::Input(1), Arg::Input(2), Arg::Input(3), Arg::Input(4), Arg::Input(5));
+    let kind = (dtype, dmax);
+    let dq_args = [q, k, v, o, d_o, lse, lengths, bias, Arg::Temp(0), delta];
+    launch(&mut p, Pass::Dq, kind, (pairs, dims.nq), &dq_args, info.clone())?;
+    let dkdv_args = [q, k, v, d_o, lse, delta, lengths, bias, Arg::Temp(1), Arg::Temp(2), dbias];
+    launch(&mut p, Pass::DkDv, kind, (pairs, dims.nk), &dkdv_args, info)?;
+    Ok(Some(p))
 }

@@ -140,13 +140,16 @@ pub(crate) fn find_headers(candidates: &[PathBuf], nvrtc_major: i32) -> Headers 
 
 /// What to add to a failed compile's log when it could not find the CUDA headers.
 fn header_hint(log: &str, headers: &Headers, nvrtc: (i32, i32)) -> String {
-    let missing = log.contains("cuda_fp16.h") || log.contains("cuda_bf16.h") || log.contains("nv/target");
+    let missing = log.contains("cuda_fp16.h")
+        || log.contains("cuda_bf16.h")
+        || log.contains("nv/target")
+        || log.contains("mma.h");
     if !missing {
         return String::new();
     }
     let (major, minor) = nvrtc;
     let install = format!(
-        "install the CUDA {major} headers (the CUDA {major} toolkit, or `pip install \"nvidia-cuda-runtime>={major},<{}\"`) \
+        "install the CUDA {major} headers (the CUDA {major} toolkit, or `pip install \"nvidia-cuda-runtime>={major},<{0}\" \"nvidia-cuda-crt>={major},<{0}\"`) \
          or set RNN_CUDA_INCLUDE_PATH to their folder",
         major + 1
     );

@@ -71,10 +71,10 @@
 // never run in lockstep, so implicit warp-synchronous code is not modelled, and
 // __activemask() returns the lanes that have not exited, not those of a divergent branch);
 // which call site a barrier is reached from; coalescing, bank conflicts, timing, occupancy,
-// register, stack and shared memory limits; tensor-core instructions (wmma / mma), inline
-// PTX (asm), cooperative groups, textures, dynamic parallelism; spinning on another block
-// (there is no forward-progress guarantee between blocks here) or on another thread of the
-// block without __nanosleep.
+// register, stack and shared memory limits; tensor-core instructions other than the WMMA
+// fragments of shim_wmma.h (mma PTX), inline PTX (asm), cooperative groups, textures,
+// dynamic parallelism; spinning on another block (there is no forward-progress guarantee
+// between blocks here) or on another thread of the block without __nanosleep.
 // Numerics that differ: CUDA's math library and fast intrinsics (__expf...) are replaced by
 // glibc's functions (last-ulp differences); NVRTC contracts a*b+c into fma by default, g++
 // on x86-64 does not (on AArch64 it may, at other places); atom.add.f32 on global memory
@@ -92,7 +92,10 @@
 //   shim_fibers.h   fiber stacks, context switches, the block scheduler (rnn_emu::Worker)
 //   shim_launch.h   rnn_emu::launch: the grid on OS threads; dynamic shared memory
 //   shim_sync.h     __syncthreads and the warp collectives
-// cuda_fp16.h and cuda_bf16.h are empty stubs (kernels include them inside a namespace).
+//   shim_wmma.h     nvcuda::wmma's 16x16x16 half / bf16 fragments (whole tiles in every lane)
+// cuda_fp16.h, cuda_bf16.h and mma.h are empty stubs (kernels include them inside a
+// namespace). shim_wmma.h is included for every kernel: the kernels that use half types say
+// so inside their own namespace, after this header.
 
 #ifndef RNN_EMU_CUDA_SHIM_H
 #define RNN_EMU_CUDA_SHIM_H
@@ -128,5 +131,6 @@
 #include "shim_fibers.h"
 #include "shim_launch.h"
 #include "shim_sync.h"
+#include "shim_wmma.h"
 
 #endif // RNN_EMU_CUDA_SHIM_H

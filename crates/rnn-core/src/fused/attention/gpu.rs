@@ -7,6 +7,12 @@
 //! no kernel and compose from primitives. q, k, v, o, do and the bias are read through their
 //! rank-4 views (start offset and four strides in `Info`), so strided and broadcast inputs
 //! need no copies; the mask flags are `Info` words, not variants.
+//!
+//! The CUDA forward on f16 / bf16 computes its tile products on tensor cores (`WMMA` in
+//! attention.cu, sm_70 and later), with 16-row tiles; it has run only on the emulator's model
+//! of the WMMA fragments, never on a GPU, and its speed is unmeasured. NVRTC compiles it with
+//! `<mma.h>` and its `crt/mma.h` (the CUDA toolkit, or the nvidia-cuda-crt wheel beside
+//! nvidia-cuda-runtime).
 
 use super::{stat_dtype, Attention, AttentionBackward, Dims, OP};
 use crate::gpu::elementwise::template;
@@ -80,12 +86,22 @@ fn compute_bytes(target: &Target, dtype: DType) -> usize {
 /// The tile of a pass: (rows per block, columns per step), the largest that fits the static
 /// shared memory of a CUDA block (48 KiB) or WebGPU's guaranteed 16 KiB of workgroup memory.
 fn tile(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> (usize, usize) {
+    if wmma(target, pass, dtype) {
+        // Its tiles (kept in 16 bits) take at most 33 KiB, at dmax 128.
+        return (16, 32);
+    }
     let limit = match target.lang {
         Lang::Cuda => 46 * 1024,
         Lang::Wgsl => 16 * 1024,
     };
     let fits = |&(rows, cols): &(usize, usize)| pass.shared_values(rows, cols, dmax) * compute_bytes(target, dtype) <= limit;
     [(16, 32), (16, 16), (8, 16), (8, 8), (4, 8)].into_iter().find(fits).unwrap_or((4, 8))
+}
+
+/// Whether a kernel computes its tile products with WMMA fragments: the CUDA forward on the
+/// 16-bit floats (whose fragments need 16-row tiles and 16-column steps).
+fn wmma(target: &Target, pass: Pass, dtype: DType) -> bool {
+    target.lang == Lang::Cuda && pass == Pass::Forward && matches!(dtype, DType::F16 | DType::BF16)
 }
 
 /// The feature bucket of D and Dv, or `None` beyond the largest (composed then).
@@ -106,6 +122,7 @@ fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<Kern
     let pass_index = (pass as usize).to_string();
     let (dmax, rows_s, cols_s) = (dmax.to_string(), rows.to_string(), cols.to_string());
     let threads = (rows * THREADS_PER_ROW).to_string();
+    let wmma = if wmma(target, pass, dtype) { "1" } else { "0" };
     let subs = [
         ("T", t),
         ("C", target.compute_type(dtype)),
@@ -114,6 +131,7 @@ fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<Kern
         ("rows", rows_s.as_str()),
         ("cols", cols_s.as_str()),
         ("threads", threads.as_str()),
+        ("wmma", wmma),
     ];
     Ok(KernelSource::new(target, pass.template(target), &subs, target.needs_half(&[dtype])))
 }

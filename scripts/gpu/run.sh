@@ -4,6 +4,8 @@
 #   tests.txt        the core test suite with the CUDA device required
 #   memcheck.txt     the same under compute-sanitizer memcheck, when it is installed
 #   bench.txt/json   `rnn bench gpu` on cuda:0, and torch.txt the PyTorch twin in the same run
+#   torch_attention.json  torch's flash attention in bf16, forward and backward TFLOP/s (the
+#                    reference of the attention goals; rnn's side has no CUDA bench mode yet)
 set -uo pipefail
 cd "$(dirname "$0")"
 if [ ! -d bin ]; then
@@ -25,7 +27,7 @@ done
 grep -E "^test result|FAILED" "$OUT/tests.txt"
 
 if command -v compute-sanitizer >/dev/null 2>&1; then
-    for t in bin/test-ops bin/test-gradcheck bin/test-window; do
+    for t in bin/test-ops bin/test-gradcheck bin/test-window bin/test-attention bin/test-fused_nn; do
         [ -x "$t" ] || continue
         compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 "$t" cuda --test-threads=1 \
             >> "$OUT/memcheck.txt" 2>&1 || { status=1; echo "MEMCHECK FAILED: $t" >> "$OUT/memcheck.txt"; }
@@ -36,6 +38,7 @@ fi
 ./bin/rnn bench gpu --device cuda:0 --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1 || status=1
 if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
     python3 gpu_bench.py --json "$OUT/torch.json" > "$OUT/torch.txt" 2>&1 || status=1
+    python3 attention_gpu_bench.py --json > "$OUT/torch_attention.json" 2> "$OUT/torch_attention.txt" || status=1
 fi
 cat "$OUT/bench.txt"
 exit $status

@@ -105,7 +105,7 @@ fn bad_ids_on_the_device_are_reported_at_the_next_sync() -> Result<()> {
     let ids = Tensor::from_vec(vec![1u32, 12, 3, 4], 4, device)?;
     let loss = rnn_nn::cross_entropy(&logits, &ids)?;
     let err = loss.to_f64_scalar().unwrap_err();
-    assert!(matches!(err, Error::IndexOutOfRange { op: "gather", index: 12, size: 10, .. }), "{err:?}");
+    assert!(matches!(err, Error::IndexOutOfRange { op: "cross_entropy", index: 12, size: 10, .. }), "{err:?}");
     // A token id of an embedding network is checked on the host, before training.
     let mut net = Network::with_input_size(3)?
         .add_layer(LayerBuilder::embedding(5, 4))

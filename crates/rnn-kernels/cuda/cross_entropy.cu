@@ -6,7 +6,6 @@
 // info: rows, n, x start, has ignore, ignored id (i64 bits), s (double bits), base of the
 // ids' layout.
 
-#define FULL_MASK 0xffffffffu
 
 typedef {{T}} T;
 typedef {{C}} C;
@@ -18,29 +17,6 @@ __device__ __forceinline__ double exp_c(double x) { return exp(x); }
 __device__ __forceinline__ float log_c(float x) { return logf(x); }
 __device__ __forceinline__ double log_c(double x) { return log(x); }
 
-// The max (which skips NaN, as the CPU's does) or the sum of every thread's `v`, returned to
-// all threads of the block.
-__device__ __forceinline__ C combine(C v, bool is_max, C* part) {
-    const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int d = 16; d > 0; d >>= 1) {
-        const C b = __shfl_down_sync(FULL_MASK, v, d);
-        v = is_max ? (b > v ? b : v) : v + b;
-    }
-    if (lane == 0) part[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < blockDim.x / 32 ? part[lane] : (is_max ? neg_inf() : (C)0);
-        for (int d = 16; d > 0; d >>= 1) {
-            const C b = __shfl_down_sync(FULL_MASK, v, d);
-            v = is_max ? (b > v ? b : v) : v + b;
-        }
-        if (lane == 0) part[0] = v;
-    }
-    __syncthreads();
-    const C total = part[0];
-    __syncthreads();
-    return total;
-}
 
 extern "C" __global__ void kernel(const Info info, const T* __restrict__ x, const K* __restrict__ ids,
                                   T* __restrict__ loss, C* __restrict__ lse_out, u64* __restrict__ bad) {
@@ -58,16 +34,16 @@ extern "C" __global__ void kernel(const Info info, const T* __restrict__ x, cons
             const C v = (C)load(xs[k]);
             m = v > m ? v : m;
         }
-        m = combine(m, true, part);
+        m = block_reduce(m, true, part);
         C e = 0, sum = 0;
         for (u64 k = threadIdx.x; k < n; k += blockDim.x) {
             const C v = (C)load(xs[k]);
             e += exp_c(v - m);
             sum += v;
         }
-        e = combine(e, false, part);
+        e = block_reduce(e, false, part);
         // Without smoothing the mean is not used: 0 * mean would turn an infinite logit into NaN.
-        const C mean = s > (C)0 ? combine(sum, false, part) / (C)n : (C)0;
+        const C mean = s > (C)0 ? block_reduce(sum, false, part) / (C)n : (C)0;
         if (threadIdx.x == 0) {
             const C lse = m + log_c(e);
             lse_out[row] = lse;

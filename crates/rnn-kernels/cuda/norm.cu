@@ -6,7 +6,6 @@
 // Without a weight or bias, `w` / `b` are bound to x and not read; RMSNorm does not write
 // `mean_out`.
 
-#define FULL_MASK 0xffffffffu
 
 typedef {{T}} T;
 typedef {{C}} C;
@@ -14,22 +13,6 @@ typedef {{C}} C;
 __device__ __forceinline__ float sqrt_c(float x) { return sqrtf(x); }
 __device__ __forceinline__ double sqrt_c(double x) { return sqrt(x); }
 
-// The sum of every thread's `v`, returned to all threads of the block.
-__device__ __forceinline__ C block_sum(C v, C* part) {
-    const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(FULL_MASK, v, d);
-    if (lane == 0) part[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < blockDim.x / 32 ? part[lane] : (C)0;
-        for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(FULL_MASK, v, d);
-        if (lane == 0) part[0] = v;
-    }
-    __syncthreads();
-    const C total = part[0];
-    __syncthreads();
-    return total;
-}
 
 extern "C" __global__ void kernel(const Info info, const T* __restrict__ x, const T* __restrict__ w,
                                   const T* __restrict__ b, T* __restrict__ out, C* __restrict__ mean_out,
@@ -44,14 +27,14 @@ extern "C" __global__ void kernel(const Info info, const T* __restrict__ x, cons
         if (!{{rms}}) {
             C s = 0;
             for (u64 k = threadIdx.x; k < n; k += blockDim.x) s += (C)load(xs[k]);
-            mean = block_sum(s, part) / (C)n;
+            mean = block_reduce(s, false, part) / (C)n;
         }
         C q = 0;
         for (u64 k = threadIdx.x; k < n; k += blockDim.x) {
             const C d = (C)load(xs[k]) - mean;
             q += d * d;
         }
-        const C rstd = (C)1 / sqrt_c(block_sum(q, part) / (C)n + eps);
+        const C rstd = (C)1 / sqrt_c(block_reduce(q, false, part) / (C)n + eps);
         for (u64 k = threadIdx.x; k < n; k += blockDim.x) {
             C v = ((C)load(xs[k]) - mean) * rstd;
             if (has_w) v *= (C)load(w[info.w[3] + k]);

@@ -5,27 +5,10 @@
 // info: rows, n, x start, g start, w start, has w, mean start, rstd start.
 // Without a weight `w` is bound to x and not read; RMSNorm does not read `mean`.
 
-#define FULL_MASK 0xffffffffu
 
 typedef {{T}} T;
 typedef {{C}} C;
 
-// The sum of every thread's `v`, returned to all threads of the block.
-__device__ __forceinline__ C block_sum(C v, C* part) {
-    const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(FULL_MASK, v, d);
-    if (lane == 0) part[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < blockDim.x / 32 ? part[lane] : (C)0;
-        for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(FULL_MASK, v, d);
-        if (lane == 0) part[0] = v;
-    }
-    __syncthreads();
-    const C total = part[0];
-    __syncthreads();
-    return total;
-}
 
 extern "C" __global__ void kernel(const Info info, const T* __restrict__ x, const T* __restrict__ g,
                                   const T* __restrict__ w, const C* __restrict__ mean, const C* __restrict__ rstd,
@@ -44,8 +27,8 @@ extern "C" __global__ void kernel(const Info info, const T* __restrict__ x, cons
             sum_gw += gw;
             sum_gw_xhat += gw * (((C)load(xs[k]) - m) * r);
         }
-        const C shift = {{rms}} ? (C)0 : block_sum(sum_gw, part) / (C)n;
-        const C slope = block_sum(sum_gw_xhat, part) / (C)n;
+        const C shift = {{rms}} ? (C)0 : block_reduce(sum_gw, false, part) / (C)n;
+        const C slope = block_reduce(sum_gw_xhat, false, part) / (C)n;
         for (u64 k = threadIdx.x; k < n; k += blockDim.x) {
             const C gw = (C)load(gs[k]) * (has_w ? (C)load(w[info.w[4] + k]) : (C)1);
             const C xhat = ((C)load(xs[k]) - m) * r;

@@ -5,7 +5,6 @@
 // contiguous.
 // info: rows, n, stride of the last dim, base of the rows layout.
 
-#define FULL_MASK 0xffffffffu
 
 typedef {{T}} T;
 typedef {{C}} C;
@@ -18,29 +17,6 @@ __device__ __forceinline__ double exp_c(double x) { return exp(x); }
 __device__ __forceinline__ float log_c(float x) { return logf(x); }
 __device__ __forceinline__ double log_c(double x) { return log(x); }
 
-// The max (or the sum) of every thread's `v`, returned to all threads of the block. The max
-// skips NaN as the CPU's does (a NaN still makes the whole row NaN through the sum).
-__device__ __forceinline__ C combine(C v, bool is_max, C* part) {
-    const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int d = 16; d > 0; d >>= 1) {
-        const C b = __shfl_down_sync(FULL_MASK, v, d);
-        v = is_max ? (b > v ? b : v) : v + b;
-    }
-    if (lane == 0) part[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < blockDim.x / 32 ? part[lane] : (is_max ? neg_inf() : (C)0);
-        for (int d = 16; d > 0; d >>= 1) {
-            const C b = __shfl_down_sync(FULL_MASK, v, d);
-            v = is_max ? (b > v ? b : v) : v + b;
-        }
-        if (lane == 0) part[0] = v;
-    }
-    __syncthreads();
-    const C total = part[0];
-    __syncthreads();
-    return total;
-}
 
 extern "C" __global__ void kernel(const Info info, const T* __restrict__ x, T* __restrict__ out) {
     __shared__ C part[BLOCK / 32];
@@ -52,10 +28,10 @@ extern "C" __global__ void kernel(const Info info, const T* __restrict__ x, T* _
             const C v = (C)load(xs[k * stride]);
             m = v > m ? v : m;
         }
-        m = combine(m, true, part);
+        m = block_reduce(m, true, part);
         C s = 0;
         for (u64 k = threadIdx.x; k < n; k += blockDim.x) s += exp_c((C)load(xs[k * stride]) - m);
-        s = combine(s, false, part);
+        s = block_reduce(s, false, part);
         const C log_sum = log_c(s);
         const C inv = (C)1 / s;
         for (u64 k = threadIdx.x; k < n; k += blockDim.x) {

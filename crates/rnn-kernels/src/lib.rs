@@ -95,7 +95,7 @@ pub mod cuda {
     /// Sum / max / min / argmax / argmin with warp shuffles.
     pub const REDUCE: &str = include_str!("../cuda/reduce.cu");
     /// Softmax or log-softmax along the last dim, one block per row.
-    pub const SOFTMAX: &str = include_str!("../cuda/softmax.cu");
+    pub const SOFTMAX: &str = concat!(include_str!("../cuda/block_reduce.cuh"), include_str!("../cuda/softmax.cu"));
     /// `gather` (and `index_select`) with range-checked ids.
     pub const GATHER: &str = include_str!("../cuda/gather.cu");
     /// `scatter_add` with atomic adds.
@@ -111,13 +111,15 @@ pub mod cuda {
     // ---- fused LayerNorm / RMSNorm, softmax-cross-entropy, bias + GELU ----
 
     /// LayerNorm / RMSNorm forward, one block per row, saving mean and rstd.
-    pub const NORM: &str = include_str!("../cuda/norm.cu");
+    pub const NORM: &str = concat!(include_str!("../cuda/block_reduce.cuh"), include_str!("../cuda/norm.cu"));
     /// LayerNorm / RMSNorm input gradient, one block per row.
-    pub const NORM_BACKWARD: &str = include_str!("../cuda/norm_backward.cu");
+    pub const NORM_BACKWARD: &str =
+        concat!(include_str!("../cuda/block_reduce.cuh"), include_str!("../cuda/norm_backward.cu"));
     /// LayerNorm / RMSNorm weight and bias gradients, one thread per column.
     pub const NORM_PARAMS: &str = include_str!("../cuda/norm_params.cu");
     /// Softmax-cross-entropy from logits: per-row loss and log-sum-exp, ids range-checked.
-    pub const CROSS_ENTROPY: &str = include_str!("../cuda/cross_entropy.cu");
+    pub const CROSS_ENTROPY: &str =
+        concat!(include_str!("../cuda/block_reduce.cuh"), include_str!("../cuda/cross_entropy.cu"));
     /// Softmax-cross-entropy gradient from the logits and the saved log-sum-exp.
     pub const CROSS_ENTROPY_BACKWARD: &str = include_str!("../cuda/cross_entropy_backward.cu");
     /// `gelu(x + b)` and its gradient, elementwise with a broadcast bias.

@@ -1,17 +1,26 @@
 //! `rnn devices`: what this build can run on, on this machine.
 
 use std::io::Write;
+use std::process::ExitCode;
 
-use rnn::Device;
+use rnn::{Device, Error};
 
 use crate::CliResult;
 
-/// Prints the CPU (threads, model), whether CUDA is usable, and every wgpu adapter.
-pub fn run(out: &mut dyn Write) -> CliResult<()> {
+/// Prints the CPU (threads, model), whether CUDA is usable, every wgpu adapter and the
+/// device `Device::best` picks. Exits with failure when something printed is an error: a
+/// CUDA device that exists but cannot be opened, or a best device that cannot be resolved
+/// (e.g. `RNN_GPU_DEVICE` names a missing device). A machine without a GPU is no error.
+pub fn run(out: &mut dyn Write) -> CliResult<ExitCode> {
+    let mut failed = false;
     writeln!(out, "{:<8} available ({})", Device::Cpu.to_string(), cpu_summary())?;
     match Device::Cuda(0).check_available() {
         Ok(()) => writeln!(out, "{:<8} available", "cuda:0")?,
-        Err(e) => writeln!(out, "{:<8} not available: {e}", "cuda:0")?,
+        Err(e) if cuda_is_absent(&e) => writeln!(out, "{:<8} not available: {e}", "cuda:0")?,
+        Err(e) => {
+            failed = true;
+            writeln!(out, "{:<8} error: {e}", "cuda:0")?
+        }
     }
     let adapters = rnn::wgpu_adapters();
     if adapters.is_empty() {
@@ -31,9 +40,23 @@ pub fn run(out: &mut dyn Write) -> CliResult<()> {
     }
     match Device::best() {
         Ok(best) => writeln!(out, "best device: {best}")?,
-        Err(e) => writeln!(out, "best device: error: {e}")?,
+        Err(e) => {
+            failed = true;
+            writeln!(out, "best device: error: {e}")?
+        }
     }
-    Ok(out.flush()?)
+    out.flush()?;
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// Whether a CUDA error only says there is no CUDA here (not compiled in, no driver, no
+/// device), as opposed to a device that is there but failed to open.
+fn cuda_is_absent(e: &Error) -> bool {
+    #[cfg(feature = "cuda")]
+    if matches!(e, Error::DeviceNotAvailable(_)) {
+        return rnn::cuda::device_count() == 0;
+    }
+    matches!(e, Error::NotCompiledWith(_) | Error::DeviceNotAvailable(_))
 }
 
 fn cpu_summary() -> String {

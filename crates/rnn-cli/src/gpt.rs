@@ -10,7 +10,9 @@ use rnn::train::data::text::{TextDataset, Vocab};
 use rnn::train::{load_gpt, save_gpt, train_gpt, GptProgress, GptTrainConfig};
 use rnn::{DType, Device};
 
-use crate::train::TrainArgs;
+use rnn::train::atomic_file::write_atomic;
+
+use crate::train::{TrainArgs, CHECKPOINT_FILE, HISTORY_FILE, INIT_FILE};
 use crate::CliResult;
 
 /// The options of `rnn train` that only the GPT uses. The defaults make a ~0.8M-parameter
@@ -81,7 +83,7 @@ pub fn run(args: &TrainArgs, device: Device) -> CliResult<()> {
         model.num_parameters()
     );
     if gpt.save_init {
-        save_gpt(args.out.join("init.safetensors"), &model, &data.vocab)?;
+        save_gpt(args.out.join(INIT_FILE), &model, &data.vocab)?;
     }
     let mut train_config = GptTrainConfig {
         steps: gpt.steps,
@@ -134,9 +136,9 @@ fn write_outputs(
     history: &[GptProgress],
     config: &GptTrainConfig,
 ) -> CliResult<()> {
-    let checkpoint = out.join("model.safetensors");
+    let checkpoint = out.join(CHECKPOINT_FILE);
     save_gpt(&checkpoint, model, vocab)?;
-    let json = out.join("history.json");
+    let json = out.join(HISTORY_FILE);
     let value = serde_json::json!({
         "step": history.iter().map(|p| p.step).collect::<Vec<_>>(),
         "train_loss": history.iter().map(|p| p.train_loss).collect::<Vec<_>>(),
@@ -145,8 +147,7 @@ fn write_outputs(
         "batch_size": config.batch_size, "context": config.context, "seed": config.seed,
         "val_windows": config.val_windows, "lr": config.optimizer.lr,
     });
-    std::fs::write(&json, serde_json::to_string_pretty(&value)?)
-        .map_err(|e| format!("cannot write {}: {e}", json.display()))?;
+    write_atomic(&json, serde_json::to_string_pretty(&value)?.as_bytes())?;
     if let Some(last) = history.last() {
         println!("final: train loss {:.4}  val loss {:.4}", last.train_loss, last.val_loss);
     }

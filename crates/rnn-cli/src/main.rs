@@ -8,6 +8,7 @@ mod bench_gpu;
 mod bench_train;
 mod devices;
 mod gpt;
+mod output;
 mod timing;
 mod train;
 
@@ -15,12 +16,12 @@ mod train;
 #[global_allocator]
 static ALLOC: bench_attention::CountingAlloc = bench_attention::CountingAlloc;
 
-use std::fs::File;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use rnn::train::atomic_file::{check_replaceable, write_atomic};
 
 /// Every command returns this; `main` prints the error and exits non-zero.
 pub type CliResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -71,7 +72,7 @@ struct BenchOptions {
     /// Shrink sizes and times for a smoke test (numbers are not comparable to a full run).
     #[arg(long)]
     quick: bool,
-    /// Worker threads (default: all cores, or RAYON_NUM_THREADS).
+    /// Worker threads (default: all cores, or RAYON_NUM_THREADS); at most 4 per core.
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
 }
@@ -126,7 +127,7 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> CliResult<ExitCode> {
     match command {
-        Command::Devices => devices::run(&mut io::stdout().lock())?,
+        Command::Devices => return devices::run(&mut io::stdout().lock()),
         Command::Bench(BenchSuite::Cpu(args)) => bench_cpu(&args)?,
         Command::Bench(BenchSuite::Train(args)) => bench_train(&args)?,
         Command::Bench(BenchSuite::Gpu(args)) => bench_gpu(&args)?,
@@ -173,7 +174,7 @@ fn bench_gpu(args: &GpuBenchArgs) -> CliResult<()> {
     run_bench(&args.options, |out| bench_gpu::run(sizes, device, out))
 }
 
-/// Sets the thread count, opens the JSON file (so a bad path fails before the benchmark,
+/// Sets the thread count, checks the JSON path (so a bad path fails before the benchmark,
 /// not after it), runs `suite` printing to stdout, and writes its records.
 fn run_bench(
     options: &BenchOptions,
@@ -182,31 +183,33 @@ fn run_bench(
     if let Some(threads) = options.threads {
         set_threads(threads)?;
     }
-    let json_file = options.json.as_deref().map(create_file).transpose()?;
+    if let Some(path) = &options.json {
+        check_replaceable(path).map_err(|e| format!("--json: {e}"))?;
+    }
     let records = suite(&mut io::stdout().lock())?;
-    if let (Some(file), Some(path)) = (json_file, &options.json) {
-        write_json(file, path, &records)?;
+    if let Some(path) = &options.json {
+        let text = serde_json::to_string_pretty(&records)? + "\n";
+        write_atomic(path, text.as_bytes())?;
         eprintln!("wrote {} records to {}", records.len(), path.display());
     }
     Ok(())
 }
 
+/// Threads per core `--threads` may ask for: more only adds switching, and a typo such as
+/// 100000 would otherwise start that many threads.
+const MAX_THREADS_PER_CORE: usize = 4;
+
 fn set_threads(threads: usize) -> CliResult<()> {
-    if threads == 0 {
-        return Err("--threads must be at least 1".into());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let max = cores * MAX_THREADS_PER_CORE;
+    if threads == 0 || threads > max {
+        return Err(format!(
+            "--threads must be between 1 and {max} ({MAX_THREADS_PER_CORE} per core, {cores} cores), got {threads}"
+        )
+        .into());
     }
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build_global()
         .map_err(|e| format!("cannot set up {threads} threads: {e}").into())
-}
-
-fn create_file(path: &Path) -> CliResult<File> {
-    File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()).into())
-}
-
-fn write_json(mut file: File, path: &Path, records: &[bench_cpu::Record]) -> CliResult<()> {
-    let text = serde_json::to_string_pretty(records)?;
-    writeln!(file, "{text}").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(())
 }

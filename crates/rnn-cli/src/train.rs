@@ -5,10 +5,12 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use rnn::train::data::{load_mnist, synthetic_digits, Dataset, MnistSplit};
+use rnn::train::atomic_file::write_atomic;
+use rnn::train::data::{load_mnist, mnist_split_present, synthetic_digits, Dataset, MnistSplit};
 use rnn::train::plot::plot_history;
 use rnn::{ActivationFunction, Device, LayerBuilder, LossFunction, Network, Tensor, TrainingConfig};
 
+use crate::output::OutputDir;
 use crate::CliResult;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -25,8 +27,9 @@ pub enum ModelKind {
 #[derive(Args, Debug)]
 pub struct TrainArgs {
     /// `builtin` (procedurally drawn 28x28 digits, no download) or `mnist:<dir>` (IDX files,
-    /// .gz or raw; with only the t10k files, the first 8,000 train and the last 2,000 test);
-    /// for `--model gpt`: `text:<file>` (UTF-8, raw or .gz) or `text:` (the built-in corpus).
+    /// .gz or raw; when no train file is there, the first 8,000 t10k images train and the last
+    /// 2,000 test); for `--model gpt`: `text:<file>` (UTF-8, raw or .gz, at most 1 GiB of
+    /// text) or `text:` (the built-in corpus).
     #[arg(long, default_value = "builtin")]
     pub data: String,
     #[arg(long, value_enum, default_value_t = ModelKind::Mlp)]
@@ -42,10 +45,13 @@ pub struct TrainArgs {
     /// `cpu`, `cuda:N` or `wgpu:N` (default: the best available, or RNN_GPU_DEVICE).
     #[arg(long)]
     pub device: Option<String>,
-    /// Folder for curves.svg, model.safetensors and history.json.
+    /// Folder for curves.svg, model.safetensors and history.json (created if missing, and
+    /// checked before training starts; existing files are replaced atomically, through a
+    /// symbolic link to its target).
     #[arg(long, default_value = "rnn-out")]
     pub out: PathBuf,
-    /// Training samples drawn for the built-in data set (a fifth as many more for testing).
+    /// Training samples drawn for the built-in data set (a fifth as many more for testing;
+    /// each takes 3,136 bytes, and a count that does not fit in memory is an error).
     #[arg(long, default_value_t = 10_000)]
     pub samples: usize,
     #[arg(long, default_value_t = 42)]
@@ -57,17 +63,38 @@ pub struct TrainArgs {
     pub gpt: crate::gpt::GptArgs,
 }
 
+/// The files `rnn train` writes into `--out`.
+pub const CURVES_FILE: &str = "curves.svg";
+pub const CHECKPOINT_FILE: &str = "model.safetensors";
+pub const HISTORY_FILE: &str = "history.json";
+/// The untrained GPT, with `--save-init`.
+pub const INIT_FILE: &str = "init.safetensors";
+
 pub fn run(args: &TrainArgs) -> CliResult<()> {
     let device = match &args.device {
         Some(name) => Device::parse(name)?,
         None => Device::best()?,
     };
     device.check_available()?;
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
+    let out = OutputDir::prepare(&args.out, &output_files(args))?;
     println!("device: {device}{}", if device.is_cpu() { " (no GPU selected or available)" } else { "" });
-    if args.model == ModelKind::Gpt {
-        return crate::gpt::run(args, device);
+    let result = match args.model {
+        ModelKind::Gpt => crate::gpt::run(args, device),
+        ModelKind::Mlp | ModelKind::Cnn => train_classifier(args, device),
+    };
+    out.finish(result)
+}
+
+/// What the run will write into `--out`.
+fn output_files(args: &TrainArgs) -> Vec<&'static str> {
+    match args.model {
+        ModelKind::Gpt if args.gpt.save_init => vec![CHECKPOINT_FILE, HISTORY_FILE, INIT_FILE],
+        ModelKind::Gpt => vec![CHECKPOINT_FILE, HISTORY_FILE],
+        ModelKind::Mlp | ModelKind::Cnn => vec![CURVES_FILE, CHECKPOINT_FILE, HISTORY_FILE],
     }
+}
+
+fn train_classifier(args: &TrainArgs, device: Device) -> CliResult<()> {
     let (train, test) = load_data(args)?;
     println!("data: {} ({} training, {} test samples)", train.name, train.len(), test.len());
     let mut net = build_model(args.model, args.seed)?;
@@ -98,25 +125,31 @@ pub fn run(args: &TrainArgs) -> CliResult<()> {
 
 fn load_data(args: &TrainArgs) -> CliResult<(Dataset, Dataset)> {
     if args.data == "builtin" {
-        if args.samples < 10 {
-            return Err("--samples must be at least 10".into());
-        }
-        let train = synthetic_digits(args.samples, args.seed)?;
-        let test = synthetic_digits((args.samples / 5).max(10), args.seed.wrapping_add(1_000_003))?;
-        return Ok((train, test));
+        return builtin_digits(args.samples, args.seed);
     }
     let Some(dir) = args.data.strip_prefix("mnist:") else {
         return Err(format!("unknown --data '{}': use builtin or mnist:<dir>", args.data).into());
     };
     let dir = Path::new(dir);
-    match load_mnist(dir, MnistSplit::Train) {
-        Ok(train) => Ok((train, load_mnist(dir, MnistSplit::Test)?)),
-        Err(_) => {
-            let all = load_mnist(dir, MnistSplit::Test)?;
-            let n_train = all.len() * 4 / 5;
-            Ok(all.split_at(n_train)?)
-        }
+    // Only missing train files mean "use the test files": a train file that is there but
+    // cannot be read is an error, never a silent switch to other data.
+    if mnist_split_present(dir, MnistSplit::Train) {
+        return Ok((load_mnist(dir, MnistSplit::Train)?, load_mnist(dir, MnistSplit::Test)?));
     }
+    let all = load_mnist(dir, MnistSplit::Test)?;
+    let n_train = all.len() * 4 / 5;
+    Ok(all.split_at(n_train)?)
+}
+
+/// `samples` drawn digits to train on and a fifth as many (at least 10) to test on.
+fn builtin_digits(samples: usize, seed: u64) -> CliResult<(Dataset, Dataset)> {
+    if samples < 10 {
+        return Err("--samples must be at least 10".into());
+    }
+    let too_many = |e: rnn::Error| format!("--samples {samples} is too many for this machine's memory: {e}");
+    let train = synthetic_digits(samples, seed).map_err(too_many)?;
+    let test = synthetic_digits((samples / 5).max(10), seed.wrapping_add(1_000_003)).map_err(too_many)?;
+    Ok((train, test))
 }
 
 /// The two models of the command; both end in a softmax over 10 classes.
@@ -151,12 +184,12 @@ pub fn shape_inputs(x: &Tensor, kind: ModelKind) -> rnn::Result<Tensor> {
 }
 
 fn write_outputs(out: &Path, net: &Network, history: &rnn::History) -> CliResult<()> {
-    let curves = out.join("curves.svg");
+    let curves = out.join(CURVES_FILE);
     plot_history(history, &curves)?;
-    let checkpoint = out.join("model.safetensors");
+    let checkpoint = out.join(CHECKPOINT_FILE);
     net.save(&checkpoint)?;
-    let json = out.join("history.json");
-    std::fs::write(&json, history_json(history)?).map_err(|e| format!("cannot write {}: {e}", json.display()))?;
+    let json = out.join(HISTORY_FILE);
+    write_atomic(&json, history_json(history)?.as_bytes())?;
     println!("wrote {}, {} and {}", curves.display(), checkpoint.display(), json.display());
     Ok(())
 }

@@ -27,6 +27,24 @@ fn rnn(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rnn")).args(args).output().expect("cannot run the rnn binary")
 }
 
+/// `rnn args` with `RNN_GPU_DEVICE` set to `gpu_device`.
+fn rnn_with_device_env(args: &[&str], gpu_device: &str) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rnn"));
+    command.args(args).env("RNN_GPU_DEVICE", gpu_device);
+    command.output().expect("cannot run the rnn binary")
+}
+
+/// Asserts that `out` is a clean failure (exit code 1, no panic, no abort) whose stderr
+/// contains every one of `expected`.
+fn assert_clean_error(out: &Output, expected: &[&str], context: &str) {
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{context}: {stderr}");
+    assert!(stderr.starts_with("error:") && !stderr.contains("panicked"), "{context}: {stderr}");
+    for part in expected {
+        assert!(stderr.contains(part), "{context}: '{part}' not in {stderr}");
+    }
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -65,6 +83,14 @@ fn temp_dir(name: &str) -> PathBuf {
 #[test]
 fn train_writes_curves_checkpoint_and_history() {
     let out_dir = temp_dir("train-out");
+    std::fs::remove_dir_all(&out_dir).ok();
+    std::fs::create_dir_all(&out_dir).unwrap();
+    // history.json is a link, which must stay one; a temporary file of a killed save of the
+    // checkpoint (a process id above the kernel's largest) must be cleaned up.
+    let linked_history = out_dir.join("kept-history.json");
+    std::os::unix::fs::symlink("kept-history.json", out_dir.join("history.json")).unwrap();
+    let stale = out_dir.join("model.safetensors.tmp-999999999-0");
+    std::fs::write(&stale, b"partial").unwrap();
     let out = rnn(&["train", "--samples", "600", "--epochs", "2", "--quiet", "--out", out_dir.to_str().unwrap()]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
@@ -78,6 +104,9 @@ fn train_writes_curves_checkpoint_and_history() {
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("history.json")).unwrap()).unwrap();
     assert_eq!(history["train_loss"].as_array().unwrap().len(), 2);
     assert!(std::fs::metadata(out_dir.join("model.safetensors")).unwrap().len() > 535_818 * 4);
+    assert!(std::fs::symlink_metadata(out_dir.join("history.json")).unwrap().file_type().is_symlink());
+    assert!(std::fs::read_to_string(&linked_history).unwrap().contains("train_loss"));
+    assert!(!stale.exists(), "the stale temporary file is still there");
     std::fs::remove_dir_all(&out_dir).ok();
 }
 
@@ -88,6 +117,11 @@ fn train_reports_bad_arguments_cleanly() {
         (vec!["train", "--data", "mnist:/nonexistent-mnist-dir"], "nonexistent-mnist-dir"),
         (vec!["train", "--device", "tpu:0"], "unknown device"),
         (vec!["train", "--batch-size", "0", "--samples", "100"], "batch_size"),
+        (vec!["train", "--device", "cpu:3"], "one CPU device"),
+        (vec!["train", "--samples", "18446744073709551615"], "--samples 18446744073709551615"),
+        (vec!["train", "--samples", "1099511627776"], "--samples 1099511627776"),
+        (vec!["bench", "cpu", "--quick", "--threads", "100000"], "--threads"),
+        (vec!["bench", "cpu", "--quick", "--threads", "0"], "--threads"),
     ] {
         let out = rnn(&args);
         let stderr = text(&out.stderr);
@@ -114,4 +148,89 @@ fn json_write_failure_is_a_clean_error() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
     assert!(stderr.starts_with("error:") && !stderr.contains("panicked"), "{stderr}");
+}
+
+/// An IDX file: the magic word, the dims, then the bytes.
+fn idx(magic: u32, dims: &[u32], body: &[u8]) -> Vec<u8> {
+    let words = std::iter::once(magic).chain(dims.iter().copied());
+    words.flat_map(u32::to_be_bytes).chain(body.iter().copied()).collect()
+}
+
+/// `n` 28x28 images (a bright column whose position is the label) and their labels.
+fn tiny_mnist(n: u32) -> (Vec<u8>, Vec<u8>) {
+    let labels: Vec<u8> = (0..n).map(|i| (i % 10) as u8).collect();
+    let pixels: Vec<u8> = labels
+        .iter()
+        .flat_map(|&l| (0..784).map(move |p| if p % 28 == 3 + 2 * l as usize { 255 } else { 0 }))
+        .collect();
+    (idx(0x803, &[n, 28, 28], &pixels), idx(0x801, &[n], &labels))
+}
+
+#[test]
+fn mnist_falls_back_to_the_test_files_only_when_the_train_files_are_absent() {
+    let dir = temp_dir("mnist-fallback");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (images, labels) = tiny_mnist(30);
+    std::fs::write(dir.join("t10k-images-idx3-ubyte"), &images).unwrap();
+    std::fs::write(dir.join("t10k-labels-idx1-ubyte"), &labels).unwrap();
+    let (data, out_dir) = (format!("mnist:{}", dir.display()), dir.join("out"));
+    let args = ["train", "--data", &data, "--epochs", "1", "--quiet", "--out", out_dir.to_str().unwrap()];
+    let out = rnn(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("mnist-test (24 training, 6 test samples)"), "{}", text(&out.stdout));
+
+    // A train images file that is there but corrupt is an error naming it, not a fallback.
+    std::fs::write(dir.join("train-labels-idx1-ubyte"), &labels).unwrap();
+    let corrupt = dir.join("train-images-idx3-ubyte");
+    std::fs::write(&corrupt, &images[..images.len() / 2]).unwrap();
+    assert_clean_error(&rnn(&args), &["train-images-idx3-ubyte", "truncated"], "truncated train images");
+    std::fs::write(&corrupt, &labels).unwrap();
+    assert_clean_error(&rnn(&args), &["train-images-idx3-ubyte", "bad magic"], "labels as images");
+    // Only one of the two train files: the missing one is named.
+    std::fs::remove_file(&corrupt).unwrap();
+    assert_clean_error(&rnn(&args), &["no MNIST train images file"], "train labels only");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_bad_out_folder_is_found_before_training_and_a_failed_run_leaves_none() {
+    let dir = temp_dir("bad-out");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The checkpoint's name is taken by a folder, which must not be replaced after training.
+    let taken = dir.join("taken");
+    std::fs::create_dir_all(taken.join("model.safetensors")).unwrap();
+    let out = rnn(&["train", "--samples", "100", "--epochs", "1", "--out", taken.to_str().unwrap()]);
+    assert_clean_error(&out, &["model.safetensors", "a folder", "not a regular file"], "taken name");
+    assert!(!text(&out.stdout).contains("data:"), "the data was loaded first: {}", text(&out.stdout));
+    assert!(taken.join("model.safetensors").is_dir());
+
+    // A folder inside a file cannot be created.
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let out = rnn(&["train", "--samples", "100", "--out", file.join("out").to_str().unwrap()]);
+    assert_clean_error(&out, &["--out", "a-file"], "out under a file");
+
+    // Argument errors found later leave no new folder behind (nor its new parents).
+    let fresh = dir.join("new-parent");
+    for args in [["--batch-size", "0"], ["--data", "mnist:/nonexistent-mnist-dir"], ["--model", "gpt"]] {
+        let out_dir = fresh.join("out");
+        let out = rnn(&[&["train", "--samples", "100", "--out", out_dir.to_str().unwrap()], &args[..]].concat());
+        assert_clean_error(&out, &[], &format!("{args:?}"));
+        assert!(!fresh.exists(), "{args:?} left {} behind", fresh.display());
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn an_empty_gpu_device_variable_is_unset_and_devices_fails_on_errors() {
+    let out = rnn_with_device_env(&["devices"], "");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success() && !stdout.contains("error"), "{stdout}\n{}", text(&out.stderr));
+    let out = rnn_with_device_env(&["devices"], "cpu");
+    assert!(out.status.success() && text(&out.stdout).contains("best device: cpu"), "{}", text(&out.stdout));
+    for bad in ["cuda:7", "cpu:3", "tpu"] {
+        let out = rnn_with_device_env(&["devices"], bad);
+        assert_eq!(out.status.code(), Some(1), "RNN_GPU_DEVICE={bad}: {}", text(&out.stdout));
+        assert!(text(&out.stdout).contains("best device: error"), "{}", text(&out.stdout));
+    }
 }

@@ -15,7 +15,7 @@ impl Device {
     /// The fastest available device, or the one `RNN_GPU_DEVICE` names (an error if that
     /// device is not available, so a request for a GPU is never silently ignored).
     pub fn best() -> Result<Device> {
-        if let Ok(name) = std::env::var("RNN_GPU_DEVICE") {
+        if let Some(name) = Device::env_request() {
             let device = Device::parse(&name)?;
             device.check_available()?;
             return Ok(device);
@@ -24,6 +24,12 @@ impl Device {
             return Ok(Device::Cuda(0));
         }
         Ok(Device::best_wgpu().filter(|d| d.is_available()).unwrap_or(Device::Cpu))
+    }
+
+    /// The value of `RNN_GPU_DEVICE`; `None` when it is unset or blank (`RNN_GPU_DEVICE=`
+    /// is the usual way to clear a variable in a script, so it means "no request").
+    pub fn env_request() -> Option<String> {
+        std::env::var("RNN_GPU_DEVICE").ok().filter(|v| !v.trim().is_empty())
     }
 
     /// The first hardware wgpu adapter (software ones such as llvmpipe are never "the GPU").
@@ -43,7 +49,8 @@ impl Device {
         Err(Error::invalid("device", format!("no wgpu adapter is named like '{name}' (see `rnn devices`)")))
     }
 
-    /// Parses `cpu`, `cuda`, `cuda:N`, `wgpu`, `wgpu:N` or `wgpu:<part of an adapter name>`.
+    /// Parses `cpu`, `cpu:0`, `cuda`, `cuda:N`, `wgpu`, `wgpu:N` or `wgpu:<part of an adapter
+    /// name>`. There is one CPU device, so `cpu:N` with N > 0 is an error.
     pub fn parse(name: &str) -> Result<Device> {
         let name = name.trim().to_ascii_lowercase();
         let (kind, index) = match name.split_once(':') {
@@ -57,7 +64,10 @@ impl Device {
             None => (name.clone(), 0),
         };
         match kind.as_str() {
-            "cpu" => Ok(Device::Cpu),
+            "cpu" if index == 0 => Ok(Device::Cpu),
+            "cpu" => {
+                Err(Error::invalid("device", format!("there is one CPU device: use cpu (or cpu:0), not '{name}'")))
+            }
             "cuda" | "gpu" => Ok(Device::Cuda(index)),
             "wgpu" => Ok(Device::Wgpu(index)),
             _ => Err(Error::invalid("device", format!("unknown device '{name}' (expected cpu, cuda:N or wgpu:N)"))),

@@ -100,7 +100,7 @@ impl Error {
 }
 
 /// An empty vector with room for `n` elements, or `Error::OutOfMemory` instead of an abort.
-pub(crate) fn try_vec<T>(n: usize) -> Result<Vec<T>> {
+pub fn try_vec<T>(n: usize) -> Result<Vec<T>> {
     let mut v = Vec::new();
     v.try_reserve_exact(n).map_err(|_| Error::host_out_of_memory(n.saturating_mul(std::mem::size_of::<T>())))?;
     Ok(v)

@@ -53,7 +53,7 @@ pub use adapter_info::{wgpu_adapters, WgpuAdapterInfo};
 pub use backprop::{no_grad, GradStore, NoGradGuard};
 pub use device::Device;
 pub use dtype::{DType, WithDType};
-pub use error::{Error, Result};
+pub use error::{try_vec, Error, Result};
 pub use fused::attention::{scaled_dot_product_attention, AttentionMask};
 pub use kernel_arg::KernelArg;
 pub use layout::Layout;

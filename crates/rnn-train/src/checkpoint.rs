@@ -3,7 +3,8 @@
 //!
 //! Saving is atomic: the file is written next to its destination under a temporary name,
 //! flushed to disk and renamed, so a crash or a full disk never leaves a half-written
-//! checkpoint at the destination. Loading into a model checks every name, shape and dtype
+//! checkpoint at the destination; a link is followed and a destination that is not a
+//! regular file is refused (see [`crate::atomic_file`]). Loading into a model checks every name, shape and dtype
 //! before changing anything, so a checkpoint of another model leaves the model as it was.
 //!
 //! ```
@@ -26,9 +27,7 @@
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 
 use half::{bf16, f16};
 use rnn_core::{no_grad, DType, Device, Error, Result, Tensor, WithDType};
@@ -80,7 +79,7 @@ pub fn save(path: impl AsRef<Path>, tensors: &[(String, Tensor)], metadata: &BTr
         (!metadata.is_empty()).then(|| metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
     let bytes =
         safetensors::tensor::serialize(views, info).map_err(|e| Error::Msg(format!("checkpoint::save: {e}")))?;
-    write_atomic(path.as_ref(), &bytes)
+    crate::atomic_file::write_atomic(path, &bytes)
 }
 
 /// Reads a checkpoint: `Error::Io` when the file cannot be read, `Error::BadFile` when it is
@@ -170,39 +169,6 @@ fn mismatches(targets: &[(String, Tensor)], ckpt: &Checkpoint) -> Vec<String> {
         }
     }
     problems
-}
-
-/// Writes `bytes` to `<path>.tmp-<pid>-<n>`, syncs it, then renames it over `path`. On
-/// failure the temporary file is removed and `path` is untouched.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| Error::invalid("checkpoint::save", format!("'{}' does not name a file", path.display())))?;
-    let unique = format!(
-        "{}.tmp-{}-{}",
-        file_name.to_string_lossy(),
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    );
-    let tmp: PathBuf = path.with_file_name(unique);
-    let written = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io(path, e));
-    }
-    // Make the rename itself durable. Best effort: not every platform can sync a directory.
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if let Ok(dir) = std::fs::File::open(dir) {
-        let _ = dir.sync_all();
-    }
-    Ok(())
 }
 
 fn st_dtype(dtype: DType) -> StDtype {

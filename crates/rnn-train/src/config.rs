@@ -113,9 +113,9 @@ impl TrainingConfig {
         match (self.use_gpu, self.prefer_gpu) {
             (false, _) => Ok(Device::Cpu),
             (true, true) => Device::best(),
-            (true, false) => match std::env::var("RNN_GPU_DEVICE") {
-                Ok(_) => Device::best(),
-                Err(_) => Ok(Device::Cpu),
+            (true, false) => match Device::env_request() {
+                Some(_) => Device::best(),
+                None => Ok(Device::Cpu),
             },
         }
     }

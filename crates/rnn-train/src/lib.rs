@@ -17,6 +17,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod atomic_file;
 pub mod checkpoint;
 mod config;
 pub mod data;

@@ -31,7 +31,7 @@ pub fn plot_history(history: &History, path: &Path) -> Result<()> {
     match ext.as_deref() {
         Some("svg") => {
             let svg = render_history_svg(history)?;
-            std::fs::write(path, svg).map_err(|e| Error::io(path, e))
+            crate::atomic_file::write_atomic(path, svg.as_bytes())
         }
         other => {
             let found = other.map(|e| format!("'.{e}'")).unwrap_or_else(|| "no extension".to_string());

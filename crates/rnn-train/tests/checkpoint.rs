@@ -2,6 +2,7 @@
 
 use rnn_testutil::temp_dir;
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use rnn_core::{DType, Device, Error, Result, Tensor};
 use rnn_nn::{Linear, Module, VarBuilder};
@@ -207,5 +208,85 @@ fn a_failed_save_leaves_nothing_behind() -> Result<()> {
     let dup = vec![tensors[0].clone(), tensors[0].clone()];
     assert!(matches!(checkpoint::save(dir.join("dup"), &dup, &BTreeMap::new()), Err(Error::InvalidArgument { .. })));
     assert!(!dir.join("dup").exists());
+    Ok(())
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+#[cfg(unix)]
+#[test]
+fn saving_through_a_link_replaces_its_target_and_keeps_the_link() -> Result<()> {
+    let dir = temp_dir("links");
+    let real_dir = dir.join("store");
+    std::fs::create_dir_all(&real_dir).expect("mkdir");
+    let (real, link) = (real_dir.join("weights.safetensors"), dir.join("latest.safetensors"));
+    checkpoint::save(&real, &model(1)?, &meta(&[("v", "1")]))?;
+    std::os::unix::fs::symlink("store/weights.safetensors", &link).expect("symlink");
+    // A link to a link, and a dangling link (its target is created).
+    let chain = dir.join("chain.safetensors");
+    std::os::unix::fs::symlink("latest.safetensors", &chain).expect("symlink");
+    let dangling = dir.join("dangling.safetensors");
+    std::os::unix::fs::symlink("store/new.safetensors", &dangling).expect("symlink");
+
+    checkpoint::save(&chain, &model(2)?, &meta(&[("v", "2")]))?;
+    checkpoint::save(&dangling, &model(3)?, &meta(&[("v", "3")]))?;
+    for path in [&link, &chain, &dangling] {
+        assert!(std::fs::symlink_metadata(path).unwrap().file_type().is_symlink(), "{path:?} is no longer a link");
+    }
+    assert_eq!(checkpoint::load(&real)?.metadata["v"], "2");
+    assert_eq!(checkpoint::load(real_dir.join("new.safetensors"))?.metadata["v"], "3");
+    // The temporary files went into the target's folder and are gone.
+    assert_eq!(names_in(&real_dir), ["new.safetensors", "weights.safetensors"]);
+    Ok(())
+}
+
+#[cfg(unix)]
+#[test]
+fn special_files_are_refused_and_left_as_they_are() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = temp_dir("special");
+    let fifo = dir.join("pipe.safetensors");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("run mkfifo");
+    assert!(made.success());
+    let folder = dir.join("folder.safetensors");
+    std::fs::create_dir_all(&folder).expect("mkdir");
+    let link_to_fifo = dir.join("to-pipe.safetensors");
+    std::os::unix::fs::symlink(&fifo, &link_to_fifo).expect("symlink");
+    let tensors = model(1).unwrap();
+    for (path, kind) in [(&fifo, "a FIFO"), (&folder, "a folder"), (&link_to_fifo, "a FIFO")] {
+        let err = checkpoint::save(path, &tensors, &BTreeMap::new()).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Io { .. }) && msg.contains(kind) && msg.contains("not a regular file"), "{msg}");
+    }
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(std::fs::symlink_metadata(&folder).unwrap().is_dir());
+    assert!(std::fs::symlink_metadata(&link_to_fifo).unwrap().file_type().is_symlink());
+    assert_eq!(names_in(&dir), ["folder.safetensors", "pipe.safetensors", "to-pipe.safetensors"]);
+}
+
+#[test]
+fn a_save_removes_temporary_files_left_by_a_killed_save() -> Result<()> {
+    let dir = temp_dir("stale");
+    let path = dir.join("model.safetensors");
+    // Process ids above the kernel's largest (2^22) never run.
+    let stale = ["model.safetensors.tmp-999999999-0", "model.safetensors.tmp-999999998-17"];
+    let kept = [
+        format!("model.safetensors.tmp-{}-999", std::process::id()), // this process: may be in use
+        "model.safetensors.tmp-notes".to_string(),                   // not a temporary file's form
+        "other.safetensors.tmp-999999999-0".to_string(),             // another file's
+    ];
+    for name in stale.iter().copied().chain(kept.iter().map(String::as_str)) {
+        std::fs::write(dir.join(name), b"partial").expect("write");
+    }
+    checkpoint::save(&path, &model(1)?, &BTreeMap::new())?;
+    let mut expected: Vec<String> = kept.to_vec();
+    expected.push("model.safetensors".into());
+    expected.sort();
+    assert_eq!(names_in(&dir), expected);
     Ok(())
 }

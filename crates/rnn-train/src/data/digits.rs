@@ -18,7 +18,7 @@
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use rnn_core::{Device, Error, Result, Tensor};
+use rnn_core::{try_vec, Device, Result, Tensor};
 
 use super::{Dataset, ImageShape};
 
@@ -224,7 +224,8 @@ fn render_digit(digit: u32, rng: &mut StdRng) -> Vec<f32> {
 }
 
 /// `n` procedurally drawn digits as a flat `[n, 784]` f32 dataset with balanced classes,
-/// deterministic for a given `seed`.
+/// deterministic for a given `seed`. A count whose images do not fit in memory is
+/// `Error::OutOfMemory` (3,136 bytes per image), not an abort.
 ///
 /// ```
 /// let digits = rnn_train::data::synthetic_digits(20, 7).unwrap();
@@ -239,12 +240,11 @@ pub fn synthetic_digits(n: usize, seed: u64) -> Result<Dataset> {
 pub fn synthetic_digits_with_shape(n: usize, seed: u64, shape: ImageShape) -> Result<Dataset> {
     let mut rng = StdRng::seed_from_u64(seed);
     // Balanced: class counts differ by at most one, in a shuffled order.
-    let mut labels: Vec<u32> = (0..n).map(|i| (i % 10) as u32).collect();
+    // Both allocations are fallible: `n` often comes from a command line.
+    let mut labels: Vec<u32> = try_vec(n)?;
+    labels.extend((0..n).map(|i| (i % 10) as u32));
     labels.shuffle(&mut rng);
-    let mut pixels = Vec::new();
-    pixels
-        .try_reserve_exact(n.saturating_mul(IMAGE_SIZE * IMAGE_SIZE))
-        .map_err(|_| Error::invalid("synthetic_digits", format!("cannot allocate {n} images")))?;
+    let mut pixels = try_vec(n.saturating_mul(IMAGE_SIZE * IMAGE_SIZE))?;
     for &digit in &labels {
         pixels.extend(render_digit(digit, &mut rng));
     }

@@ -1,20 +1,20 @@
 //! MNIST in its original IDX format (gzip-compressed or raw; detected from the file's
-//! first bytes, not its name).
+//! first bytes, not its name). Compressed files are inflated as a stream that stops at the
+//! size the header promises.
 //!
 //! An IDX file is a big-endian header — two zero bytes, a type byte (0x08: u8), the number
 //! of dims, then each dim as a u32 — followed by the elements. Images are `0x00000803`
 //! (`[n, rows, cols]`), labels `0x00000801` (`[n]`).
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use rnn_core::{Device, Error, Result, Tensor};
+use rnn_core::{try_vec, Device, Error, Result, Tensor};
 
+use super::source::DataReader;
 use super::Dataset;
 
 const IMAGES_MAGIC: u32 = 0x0000_0803;
 const LABELS_MAGIC: u32 = 0x0000_0801;
-const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 const NUM_CLASSES: usize = 10;
 
 /// Which half of MNIST to load: 60,000 training or 10,000 test images.
@@ -59,13 +59,13 @@ pub fn read_idx_images(path: impl AsRef<Path>) -> Result<Tensor> {
 /// Reads an IDX image file as f32 in `[0, 1]`, flat or image-shaped.
 pub fn read_idx_images_with_shape(path: impl AsRef<Path>, shape: ImageShape) -> Result<Tensor> {
     let path = path.as_ref();
-    let bytes = read_maybe_gzip(path)?;
-    let (dims, pixels) = parse_idx(path, &bytes, IMAGES_MAGIC, "images")?;
+    let (dims, pixels) = read_idx(path, IMAGES_MAGIC, "images")?;
     let (n, rows, cols) = (dims[0], dims[1], dims[2]);
     // Checked even though the file length matched: with n = 0 the pixel count says nothing.
     let per_image =
         rows.checked_mul(cols).ok_or_else(|| Error::bad_file(path, format!("image size {rows}x{cols} overflows")))?;
-    let data: Vec<f32> = pixels.iter().map(|&p| f32::from(p) / 255.0).collect();
+    let mut data = try_vec(pixels.len())?;
+    data.extend(pixels.iter().map(|&p| f32::from(p) / 255.0));
     match shape {
         ImageShape::Flat => Tensor::from_vec(data, (n, per_image), Device::Cpu),
         ImageShape::Image => Tensor::from_vec(data, (n, 1, rows, cols), Device::Cpu),
@@ -75,8 +75,7 @@ pub fn read_idx_images_with_shape(path: impl AsRef<Path>, shape: ImageShape) -> 
 /// Reads an IDX label file as u32 `[n]`; every label must be a digit (below 10).
 pub fn read_idx_labels(path: impl AsRef<Path>) -> Result<Tensor> {
     let path = path.as_ref();
-    let bytes = read_maybe_gzip(path)?;
-    let (dims, labels) = parse_idx(path, &bytes, LABELS_MAGIC, "labels")?;
+    let (dims, labels) = read_idx(path, LABELS_MAGIC, "labels")?;
     if let Some((i, bad)) = labels.iter().enumerate().find(|(_, &l)| l as usize >= NUM_CLASSES) {
         return Err(Error::bad_file(path, format!("label {bad} at index {i} is not a digit 0-9")));
     }
@@ -110,12 +109,27 @@ pub fn load_mnist_with_shape(dir: impl AsRef<Path>, split: MnistSplit, shape: Im
     Dataset::new(images, labels, NUM_CLASSES, format!("mnist-{}", split.name()))
 }
 
-/// The first existing file among the accepted spellings, or an error listing them all.
-fn find_file(dir: &Path, split: MnistSplit, kind: &str, rank: usize) -> Result<PathBuf> {
+/// Whether `dir` holds any file of `split` (images or labels, in any accepted spelling,
+/// readable or not). A caller can fall back to another split when this is false, and must
+/// report the error of [`load_mnist`] when it is true.
+pub fn mnist_split_present(dir: impl AsRef<Path>, split: MnistSplit) -> bool {
+    let dir = dir.as_ref();
+    [("images", 3), ("labels", 1)]
+        .iter()
+        .flat_map(|&(kind, rank)| candidate_files(dir, split, kind, rank))
+        .any(|p| p.symlink_metadata().is_ok())
+}
+
+/// Every accepted spelling of a split's file, raw then gzip.
+fn candidate_files(dir: &Path, split: MnistSplit, kind: &str, rank: usize) -> Vec<PathBuf> {
     let prefix = split.file_prefix();
     let stems = [format!("{prefix}-{kind}-idx{rank}-ubyte"), format!("{prefix}-{kind}.idx{rank}-ubyte")];
-    let candidates: Vec<PathBuf> =
-        stems.iter().flat_map(|stem| [dir.join(stem), dir.join(format!("{stem}.gz"))]).collect();
+    stems.iter().flat_map(|stem| [dir.join(stem), dir.join(format!("{stem}.gz"))]).collect()
+}
+
+/// The first existing file among the accepted spellings, or an error listing them all.
+fn find_file(dir: &Path, split: MnistSplit, kind: &str, rank: usize) -> Result<PathBuf> {
+    let candidates = candidate_files(dir, split, kind, rank);
     if let Some(found) = candidates.iter().find(|p| p.is_file()) {
         return Ok(found.clone());
     }
@@ -127,54 +141,73 @@ fn find_file(dir: &Path, split: MnistSplit, kind: &str, rank: usize) -> Result<P
     })
 }
 
-/// The file's bytes, decompressed when they start with the gzip magic.
-pub(crate) fn read_maybe_gzip(path: &Path) -> Result<Vec<u8>> {
-    let raw = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    gunzip_if_gzip(path, raw)
+/// Reads the IDX header, checks it against `magic`, then reads exactly the element bytes
+/// the dims promise: a stream with fewer or more bytes is an error, and decompression stops
+/// one byte past the promised size. Returns the dims and the element bytes.
+fn read_idx(path: &Path, magic: u32, what: &str) -> Result<(Vec<usize>, Vec<u8>)> {
+    read_idx_from(DataReader::open(path)?, magic, what)
 }
 
-/// `raw` decompressed when it starts with the gzip magic, else as it is; `origin` names the
-/// data in errors.
-pub(crate) fn gunzip_if_gzip(origin: &Path, raw: Vec<u8>) -> Result<Vec<u8>> {
-    if !raw.starts_with(&GZIP_MAGIC) {
-        return Ok(raw);
-    }
-    let mut out = Vec::new();
-    flate2::read::MultiGzDecoder::new(raw.as_slice())
-        .read_to_end(&mut out)
-        .map_err(|e| Error::bad_file(origin, format!("corrupt gzip data: {e}")))?;
-    Ok(out)
-}
-
-/// Checks the header against `magic` and the file length against the dims; returns the
-/// dims and the element bytes.
-fn parse_idx<'a>(path: &Path, bytes: &'a [u8], magic: u32, what: &str) -> Result<(Vec<usize>, &'a [u8])> {
-    let found = read_be_u32(bytes, 0)
-        .ok_or_else(|| Error::bad_file(path, format!("{} bytes is too short for an IDX header", bytes.len())))?;
+fn read_idx_from(mut reader: DataReader, magic: u32, what: &str) -> Result<(Vec<usize>, Vec<u8>)> {
+    let path = &reader.origin().to_path_buf();
+    let rank = (magic & 0xff) as usize;
+    let header_len = 4 + 4 * rank;
+    let mut header = vec![0u8; header_len];
+    let got = reader.read_up_to(&mut header)?;
+    let found = read_be_u32(&header[..got], 0)
+        .ok_or_else(|| Error::bad_file(path, format!("{got} bytes is too short for an IDX header")))?;
     if found != magic {
         let msg = format!("bad magic number 0x{found:08x}, expected 0x{magic:08x} for IDX {what}");
         return Err(Error::bad_file(path, msg));
     }
-    let rank = (magic & 0xff) as usize;
-    let header_len = 4 + 4 * rank;
-    let dims: Vec<usize> =
-        (0..rank).map(|i| read_be_u32(bytes, 4 + 4 * i).map(|d| d as usize)).collect::<Option<_>>().ok_or_else(
-            || Error::bad_file(path, format!("truncated header: {} bytes, {header_len} needed", bytes.len())),
-        )?;
+    if got < header_len {
+        return Err(Error::bad_file(path, format!("truncated header: {got} bytes, {header_len} needed")));
+    }
+    let dims: Vec<usize> = (0..rank).filter_map(|i| read_be_u32(&header, 4 + 4 * i)).map(|d| d as usize).collect();
     let body_len = dims
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| Error::bad_file(path, format!("dims {dims:?} overflow")))?;
-    let expected = header_len + body_len;
-    if bytes.len() != expected {
-        let problem = if bytes.len() < expected { "truncated" } else { "extra bytes after the data" };
-        let msg = format!("{problem}: header promises dims {dims:?} = {expected} bytes, file has {}", bytes.len());
+    let expected = header_len.saturating_add(body_len);
+    let body = reader.read_at_most(body_len)?;
+    if body.len() < body_len {
+        let msg = format!(
+            "truncated: header promises dims {dims:?} = {expected} bytes, the data ends after {}",
+            header_len + body.len()
+        );
         return Err(Error::bad_file(path, msg));
     }
-    Ok((dims, &bytes[header_len..]))
+    if !reader.at_end()? {
+        let msg = format!("extra bytes after the data: header promises dims {dims:?} = {expected} bytes");
+        return Err(Error::bad_file(path, msg));
+    }
+    Ok((dims, body))
 }
 
 fn read_be_u32(bytes: &[u8], at: usize) -> Option<u32> {
     let word: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
     Some(u32::from_be_bytes(word))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::source::tests::{gzip_bomb, CountingReader};
+
+    #[test]
+    fn a_gzip_bomb_is_inflated_only_up_to_the_promised_size() {
+        let header: Vec<u8> = [IMAGES_MAGIC, 3, 2, 2].iter().flat_map(|w| w.to_be_bytes()).collect();
+        let (bomb, inflated) = gzip_bomb(&header);
+        let counter = CountingReader::new(bomb.clone());
+        let reader = DataReader::new(Path::new("bomb-idx3-ubyte.gz"), counter.clone()).unwrap();
+        let err = read_idx_from(reader, IMAGES_MAGIC, "images").unwrap_err().to_string();
+        assert!(err.contains("bomb-idx3-ubyte.gz") && err.contains("extra bytes"), "{err}");
+        // Inflating all of it would read every compressed byte.
+        assert!(
+            counter.consumed() < bomb.len() / 4,
+            "read {} of {} bytes ({inflated} inflated)",
+            counter.consumed(),
+            bomb.len()
+        );
+    }
 }

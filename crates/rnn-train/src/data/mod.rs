@@ -6,11 +6,15 @@
 mod batches;
 pub mod digits;
 pub mod mnist;
+mod source;
 pub mod text;
 
 pub use batches::Batches;
 pub use digits::{render_ascii, synthetic_digits, synthetic_digits_with_shape};
-pub use mnist::{load_mnist, load_mnist_with_shape, read_idx_images, read_idx_images_with_shape, read_idx_labels};
+pub use mnist::{
+    load_mnist, load_mnist_with_shape, mnist_split_present, read_idx_images, read_idx_images_with_shape,
+    read_idx_labels,
+};
 pub use mnist::{ImageShape, MnistSplit};
 pub use text::{TextDataset, TextSplit, Vocab, WindowSampler};
 

@@ -13,15 +13,20 @@
 
 use std::path::Path;
 
-use rnn_core::{Device, Error, Result, Tensor};
+use rnn_core::{try_vec, Device, Error, Result, Tensor};
 
-use super::mnist::{gunzip_if_gzip, read_maybe_gzip};
+use super::source::DataReader;
 
 /// The built-in corpus, gzip-compressed (see the module docs).
 pub const KJV_GZ: &[u8] = include_bytes!("../../data/kjv.txt.gz");
 
 /// The name of the built-in corpus in messages.
 pub const KJV_NAME: &str = "King James Bible (built in)";
+
+/// The largest corpus [`TextDataset::load`] reads: 1 GiB of UTF-8 after decompression.
+/// Holding it takes about five times that in memory (the text and a 4-byte id per
+/// character); a compressed file is inflated only up to this size.
+pub const MAX_TEXT_BYTES: usize = 1 << 30;
 
 /// The share of the text used for training; the rest, at the end, is validation text.
 pub const TRAIN_FRACTION: f64 = 0.9;
@@ -35,10 +40,9 @@ pub struct Vocab {
 impl Vocab {
     /// The distinct characters of `text`.
     pub fn from_text(text: &str) -> Vocab {
-        let mut chars: Vec<char> = text.chars().collect();
-        chars.sort_unstable();
-        chars.dedup();
-        Vocab { chars }
+        // A set, not a sorted copy of the text: the text may be a gigabyte.
+        let distinct: std::collections::BTreeSet<char> = text.chars().collect();
+        Vocab { chars: distinct.into_iter().collect() }
     }
 
     /// A vocabulary saved by [`as_string`](Self::as_string): its characters in id order,
@@ -66,7 +70,21 @@ impl Vocab {
 
     /// The ids of `text`; a character outside the vocabulary is an error naming it.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let id = |(at, c): (usize, char)| match self.chars.binary_search(&c) {
+        text.chars().enumerate().map(|(at, c)| self.id(at, c)).collect()
+    }
+
+    /// Like [`encode`](Self::encode), with the id buffer allocated fallibly (for a corpus).
+    fn encode_all(&self, text: &str) -> Result<Vec<u32>> {
+        let mut ids = try_vec(text.chars().count())?;
+        for (at, c) in text.chars().enumerate() {
+            ids.push(self.id(at, c)?);
+        }
+        Ok(ids)
+    }
+
+    /// The id of `c`, found at char `at` of a text.
+    fn id(&self, at: usize, c: char) -> Result<u32> {
+        match self.chars.binary_search(&c) {
             Ok(id) => Ok(id as u32),
             Err(_) => {
                 let msg = format!(
@@ -75,8 +93,7 @@ impl Vocab {
                 );
                 Err(Error::invalid("Vocab::encode", msg))
             }
-        };
-        text.chars().enumerate().map(id).collect()
+        }
     }
 
     /// The text of `ids`; an id outside the vocabulary is an error.
@@ -108,19 +125,30 @@ pub struct TextDataset {
 }
 
 impl TextDataset {
-    /// Reads a UTF-8 text file, raw or gzip-compressed (detected from its first bytes). Both
-    /// parts must be longer than `context` characters.
+    /// Reads a UTF-8 text file, raw or gzip-compressed (detected from its first bytes), of at
+    /// most [`MAX_TEXT_BYTES`]. Both parts must be longer than `context` characters.
     pub fn load(path: impl AsRef<Path>, context: usize) -> Result<TextDataset> {
         let path = path.as_ref();
-        let bytes = read_maybe_gzip(path)?;
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        Self::from_bytes(path, bytes, name, context)
+        Self::from_reader(DataReader::open(path)?, name, context, MAX_TEXT_BYTES)
     }
 
     /// The built-in corpus (see the module docs).
     pub fn builtin(context: usize) -> Result<TextDataset> {
-        let origin = Path::new("<built-in corpus>");
-        Self::from_bytes(origin, gunzip_if_gzip(origin, KJV_GZ.to_vec())?, KJV_NAME.to_string(), context)
+        let reader = DataReader::from_static(Path::new("<built-in corpus>"), KJV_GZ)?;
+        Self::from_reader(reader, KJV_NAME.to_string(), context, MAX_TEXT_BYTES)
+    }
+
+    /// The corpus `reader` holds, reading at most `max_bytes` (and one more to tell that there
+    /// is more).
+    fn from_reader(mut reader: DataReader, name: String, context: usize, max_bytes: usize) -> Result<TextDataset> {
+        let bytes = reader.read_at_most(max_bytes)?;
+        let origin = reader.origin().to_path_buf();
+        if bytes.len() == max_bytes && !reader.at_end()? {
+            let msg = format!("the text is larger than the {max_bytes} bytes a corpus may have");
+            return Err(Error::bad_file(&origin, msg));
+        }
+        Self::from_bytes(&origin, bytes, name, context)
     }
 
     fn from_bytes(origin: &Path, bytes: Vec<u8>, name: String, context: usize) -> Result<TextDataset> {
@@ -143,7 +171,7 @@ impl TextDataset {
             return Err(Error::invalid("TextDataset", "the text is empty"));
         }
         let vocab = Vocab::from_text(text);
-        let mut train = vocab.encode(text)?;
+        let mut train = vocab.encode_all(text)?;
         let n_train = (train.len() as f64 * TRAIN_FRACTION) as usize;
         let val = train.split_off(n_train);
         // A window is `context` inputs plus the target after the last one.
@@ -181,11 +209,14 @@ impl TextDataset {
             let msg = format!("window start {bad} + context {context} runs past the {} ids of the split", ids.len());
             return Err(Error::invalid("TextDataset::windows", msg));
         }
-        let gather = |shift: usize| -> Vec<u32> {
-            starts.iter().flat_map(|&s| ids[s + shift..s + shift + context].to_vec()).collect()
+        // Fallible: the batch size and context often come from a command line.
+        let gather = |shift: usize| -> Result<Vec<u32>> {
+            let mut out = try_vec(starts.len().saturating_mul(context))?;
+            starts.iter().for_each(|&s| out.extend_from_slice(&ids[s + shift..s + shift + context]));
+            Ok(out)
         };
-        let x = Tensor::from_vec(gather(0), (starts.len(), context), device)?;
-        let y = Tensor::from_vec(gather(1), (starts.len(), context), device)?;
+        let x = Tensor::from_vec(gather(0)?, (starts.len(), context), device)?;
+        let y = Tensor::from_vec(gather(1)?, (starts.len(), context), device)?;
         Ok((x, y))
     }
 
@@ -198,7 +229,8 @@ impl TextDataset {
         device: Device,
     ) -> Result<(Tensor, Tensor)> {
         let positions = self.train.len().saturating_sub(context);
-        let starts: Vec<usize> = (0..batch_size).map(|_| sampler.next_start(positions)).collect();
+        let mut starts = try_vec(batch_size)?;
+        starts.extend((0..batch_size).map(|_| sampler.next_start(positions)));
         self.windows(TextSplit::Train, &starts, context, device)
     }
 
@@ -233,5 +265,35 @@ impl WindowSampler {
     /// corpus that fits in memory.
     pub fn next_start(&mut self, positions: usize) -> usize {
         (self.next_u64() % positions.max(1) as u64) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::source::tests::{gzip_bomb, CountingReader};
+
+    #[test]
+    fn a_compressed_corpus_is_inflated_only_up_to_the_limit() {
+        let (bomb, inflated) = gzip_bomb(b"abc ");
+        let counter = CountingReader::new(bomb.clone());
+        let reader = DataReader::new(Path::new("bomb.txt.gz"), counter.clone()).unwrap();
+        let err = TextDataset::from_reader(reader, "bomb".into(), 8, 1 << 16).unwrap_err().to_string();
+        assert!(err.contains("bomb.txt.gz") && err.contains("larger than the 65536 bytes"), "{err}");
+        // Inflating all of it would read every compressed byte.
+        assert!(
+            counter.consumed() < bomb.len() / 4,
+            "read {} of {} bytes ({inflated} inflated)",
+            counter.consumed(),
+            bomb.len()
+        );
+    }
+
+    #[test]
+    fn a_corpus_at_the_limit_loads() {
+        let text = "hello world, ".repeat(100);
+        let reader = DataReader::new(Path::new("t.txt"), std::io::Cursor::new(text.clone().into_bytes())).unwrap();
+        let data = TextDataset::from_reader(reader, "t".into(), 8, text.len()).unwrap();
+        assert_eq!(data.train.len() + data.val.len(), text.len());
     }
 }

@@ -73,6 +73,7 @@ pub fn run(args: &TrainArgs, device: Device) -> CliResult<()> {
         num_layers: gpt.layers,
         dropout: gpt.dropout,
     };
+    check_fits_in_memory(gpt, data.vocab.len(), args.batch_size.unwrap_or(32))?;
     let mut model = Gpt::new(config, &mut VarBuilder::new(device, DType::F32, args.seed))?;
     println!(
         "model: GPT, {} layers, d_model {}, {} heads, context {}, {} parameters",
@@ -97,6 +98,43 @@ pub fn run(args: &TrainArgs, device: Device) -> CliResult<()> {
     let history =
         train_gpt(&mut model, &data, &train_config, |progress, model| report(progress, model, &data.vocab, args))?;
     write_outputs(&args.out, &model, &data.vocab, &history, &train_config)
+}
+
+/// Refuses model and batch sizes whose training state cannot fit in this machine's memory,
+/// before any of it is allocated: the layers are allocated one by one, so without this a
+/// typo such as `--layers 100000000` would fill the memory before an allocation failed.
+/// The estimate is a lower bound (weights, gradients and two Adam moments, 16 bytes per
+/// parameter, plus 4 bytes per activation of each block's input and output), so a run
+/// that fits is never refused.
+fn check_fits_in_memory(gpt: &GptArgs, vocab: usize, batch: usize) -> CliResult<()> {
+    // In f64: the product of four flags can exceed any integer type.
+    let (d, layers, context) = (gpt.d_model as f64, gpt.layers as f64, gpt.context as f64);
+    let params = 12.0 * d * d * layers + (vocab as f64 + context) * d;
+    let needed = 16.0 * params + 8.0 * layers * batch as f64 * context * d;
+    let Some(total) = total_memory_bytes() else { return Ok(()) };
+    if needed <= total as f64 {
+        return Ok(());
+    }
+    Err(format!(
+        "--d-model {} --layers {} --context {} --batch-size {batch}: training needs at least {:.1} GiB of memory, \
+         this machine has {:.1} GiB",
+        gpt.d_model,
+        gpt.layers,
+        gpt.context,
+        needed / GIB,
+        total as f64 / GIB
+    )
+    .into())
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// `MemTotal` of /proc/meminfo, where there is one.
+fn total_memory_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024))
 }
 
 /// One progress line, and a sample when due.

@@ -99,4 +99,17 @@ fn gpt_bad_inputs_are_clean_errors() {
     let run = train(&format!("text:{}", dir.join("nope.txt").display()));
     assert!(!run.status.success() && text(&run.stderr).contains("nope.txt"), "{}", text(&run.stderr));
     assert!(!text(&run.stderr).contains("panicked"));
+
+    // Sizes whose training state cannot fit in memory are refused before allocating it.
+    let long = dir.join("long.txt");
+    std::fs::write(&long, "the cat sat on the mat. ".repeat(100)).unwrap();
+    let (data, out) = (format!("text:{}", long.display()), dir.join("out"));
+    for flag in ["--layers", "--d-model", "--batch-size"] {
+        let args = ["train", "--model", "gpt", "--data", &data, "--steps", "1", "--out", out.to_str().unwrap()];
+        let run = rnn(&[&args[..], &[flag, "1099511627776"]].concat());
+        let stderr = text(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{flag}: {stderr}");
+        assert!(stderr.contains(&format!("{flag} 1099511627776")) && stderr.contains("needs at least"), "{stderr}");
+        assert!(!out.exists(), "{flag}: the failed run left {}", out.display());
+    }
 }

@@ -257,7 +257,8 @@ fn devices() {
     assert_eq!(Device::parse("cpu").unwrap(), Device::Cpu);
     assert_eq!(Device::parse(" CUDA:1 ").unwrap(), Device::Cuda(1));
     assert_eq!(Device::parse("wgpu").unwrap(), Device::Wgpu(0));
-    for bad in ["", "tpu", "cuda:", "cuda:x", "cuda:-1", "wgpu:1:2", "cpu0", "cuda:99999999999999999999999"] {
+    assert_eq!(Device::parse("cpu:0").unwrap(), Device::Cpu);
+    for bad in ["", "tpu", "cuda:", "cuda:x", "cuda:-1", "wgpu:1:2", "cpu0", "cpu:3", "cuda:99999999999999999999999"] {
         check!(Device::parse(bad).unwrap_err(), Error::InvalidArgument { op: "device", .. }, ["device"]);
     }
     // DeviceMismatch cannot be produced in a CPU-only build; its message must still name both sides.
@@ -278,11 +279,20 @@ fn devices() {
     let cuda = Device::best();
     std::env::set_var("RNN_GPU_DEVICE", "wgpu:3");
     let wgpu = Device::best();
+    // Set but empty or blank is the same as unset.
+    let mut blank = Vec::new();
+    for value in ["", "  "] {
+        std::env::set_var("RNN_GPU_DEVICE", value);
+        blank.push(Device::best());
+    }
     match saved {
         Some(v) => std::env::set_var("RNN_GPU_DEVICE", v),
         None => std::env::remove_var("RNN_GPU_DEVICE"),
     }
     check!(bad.unwrap_err(), Error::InvalidArgument { op: "device", .. }, ["nonsense"]);
+    for result in blank {
+        assert_eq!(result.unwrap(), best);
+    }
     if !cfg!(feature = "cuda") {
         check!(cuda.unwrap_err(), Error::NotCompiledWith("cuda"), ["cuda"]);
     }

@@ -350,13 +350,9 @@ fn save_refuses_non_finite_weights_and_keeps_the_old_file() -> Result<()> {
 #[test]
 fn a_second_train_call_continues_the_first() -> Result<()> {
     let data = digits(192, 15);
-    let net = || -> Result<Network> {
-        Network::with_input_size(784)?
-            .add_layer(LayerBuilder::dense(16).activation(ReLU))
-            .add_layer(LayerBuilder::dropout(0.3))
-            .add_layer(LayerBuilder::dense(10).activation(Softmax))
-            .build()
-    };
+    // No dropout here: its masks come from the process-wide generator, which the other
+    // tests of this file draw from concurrently.
+    let net = || mlp(16);
     let two = TrainingConfig { lr_schedule: Some(LrSchedule::Step { step_size: 1, gamma: 0.5 }), ..quiet(2) };
     let one = TrainingConfig { max_epochs: 1, ..two.clone() };
     let (x, y) = (&data.inputs, &data.labels);

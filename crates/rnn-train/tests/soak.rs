@@ -170,7 +170,8 @@ fn quiet() -> TrainingConfig {
 
 /// Valid training must succeed with finite weights.
 fn train_valid(r: &mut Round) -> Check {
-    let config = random_config(&mut r.rng, r.n());
+    let n = r.n();
+    let config = random_config(&mut r.rng, n);
     let history = r.net.train(&r.x, &r.y, &config).ctx(&format!("train with {config:?}"))?;
     ensure!(history.epochs() >= 1 && history.epochs() <= config.max_epochs, "history {history:?}");
     ensure!(history.train_loss.iter().all(|l| l.is_finite()), "losses {:?}", history.train_loss);

@@ -28,6 +28,28 @@ impl Default for EarlyStopping {
     }
 }
 
+/// What `Network::train` does when a training step's loss is NaN or infinite.
+///
+/// On the CPU every step's loss is checked before its update. On a GPU, `Stop` checks the
+/// loss where it is read back anyway (each progress update, or once per epoch with
+/// `verbose: false`), so a training step still makes no host sync; the error then names the
+/// steps since the previous read. `SkipStep` must know before each update, so on a GPU it
+/// reads every step's loss (one host sync per step, as PyTorch's `GradScaler` does).
+/// Either way the weights are checked at the end of every epoch, and `train` never returns
+/// `Ok` with a NaN or infinite weight.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NonFinitePolicy {
+    /// Stop with an error naming the epoch and step, and put back the weights of the end of
+    /// the last finite epoch (or those `train` was called with); the optimizer state is
+    /// reset, as its moments may hold the non-finite values. Keras' `TerminateOnNaN`.
+    #[default]
+    Stop,
+    /// Skip the update of that step (its loss is left out of the epoch's mean), as
+    /// PyTorch's `GradScaler` skips steps with non-finite gradients. An epoch whose every
+    /// step is skipped, or whose weights still end non-finite, is an error as with `Stop`.
+    SkipStep,
+}
+
 /// How to train. `Default` gives Adam at 1e-3, batches of 32, 10 epochs, shuffling, no
 /// validation split, progress output, and the best available device.
 ///
@@ -57,6 +79,8 @@ pub struct TrainingConfig {
     pub lr_schedule: Option<LrSchedule>,
     /// Clip the global gradient norm to this value before each step.
     pub clip_grad_norm: Option<f64>,
+    /// What to do when a step's loss is NaN or infinite (default: stop with an error).
+    pub on_non_finite: NonFinitePolicy,
 }
 
 impl Default for TrainingConfig {
@@ -76,6 +100,7 @@ impl Default for TrainingConfig {
             early_stopping: None,
             lr_schedule: None,
             clip_grad_norm: None,
+            on_non_finite: NonFinitePolicy::Stop,
         }
     }
 }

@@ -2,11 +2,12 @@
 
 use std::time::Instant;
 
-use rnn_core::{no_grad, Result, Tensor};
-use rnn_nn::optim::{clip_grad_norm_on_device, LrScheduler, Optimizer};
+use rnn_core::{no_grad, DType, Error, Result, Tensor};
+use rnn_nn::optim::{clip_grad_norm_on_device, LrSchedule, LrScheduler, Optimizer, OptimizerConfig};
 
-use crate::config::{Monitor, TrainingConfig};
+use crate::config::{Monitor, NonFinitePolicy, TrainingConfig};
 use crate::data::Batches;
+use crate::guard::{self, GoodWeights};
 use crate::history::History;
 use crate::inputs::IntoTensor;
 use crate::network::Network;
@@ -54,40 +55,60 @@ impl Totals {
     /// The mean loss and accuracy so far: one read-back (the only host sync of a progress
     /// update; training steps make none).
     fn read(&self) -> Result<Evaluation> {
-        let (loss, correct) = match (&self.loss, &self.correct) {
-            (Some(l), Some(c)) if l.dtype() == c.dtype() => {
-                let both = Tensor::stack(&[l.clone(), c.to_dtype(l.dtype())?], 0)?.to_f64_vec()?;
-                (Some(both[0]), Some(both[1]))
-            }
-            (l, c) => {
-                (l.as_ref().map(Tensor::to_f64_scalar).transpose()?, c.as_ref().map(Tensor::to_f64_scalar).transpose()?)
-            }
-        };
-        Ok(Evaluation {
+        Ok(self.read_with(None)?.0)
+    }
+
+    /// `read`, plus the value of `probe` (a scalar) in the same read-back.
+    fn read_with(&self, probe: Option<&Tensor>) -> Result<(Evaluation, Option<f64>)> {
+        let parts: Vec<&Tensor> = [self.loss.as_ref(), self.correct.as_ref(), probe].into_iter().flatten().collect();
+        let mut values = read_scalars(&parts)?.into_iter();
+        let loss = self.loss.as_ref().and_then(|_| values.next());
+        let correct = self.correct.as_ref().and_then(|_| values.next());
+        let eval = Evaluation {
             loss: loss.map_or(f64::NAN, |l| l / self.samples.max(1) as f64),
             accuracy: correct.map(|c| c / self.predictions.max(1) as f64),
-        })
+        };
+        Ok((eval, probe.and_then(|_| values.next())))
     }
+}
+
+/// Scalar tensors of one device read back in one transfer (stacked as f64 when the first is
+/// f64, else as f32, which counts exactly up to 2^24).
+fn read_scalars(parts: &[&Tensor]) -> Result<Vec<f64>> {
+    let Some(first) = parts.first() else { return Ok(Vec::new()) };
+    let dtype = if first.dtype() == DType::F64 { DType::F64 } else { DType::F32 };
+    let same = parts.iter().map(|t| t.to_dtype(dtype)).collect::<Result<Vec<_>>>()?;
+    Tensor::stack(&same, 0)?.to_f64_vec()
 }
 
 impl Network {
     /// Trains on `x` (`[n, ..input_shape]`) and `y` (class ids `[n]`, one-hot `[n, classes]`,
     /// or targets shaped like the outputs) as `config` says, and returns the history. The
     /// network ends on the training device, in evaluation mode.
+    ///
+    /// A second call continues the first, as Keras' `fit` does: the optimizer keeps its
+    /// state (Adam's moments and step count), the schedule its position, and shuffling and
+    /// dropout go on with the next epoch's seeds, so two calls of one epoch train like one
+    /// call of two. A call with another `optimizer`, `learning_rate` or `lr_schedule`, or on
+    /// another device, starts afresh; so does one after `reset_optimizer`.
+    ///
+    /// A NaN or infinite loss or weight is handled as `config.on_non_finite` says; `train`
+    /// never returns `Ok` with a NaN or infinite weight.
     pub fn train(&mut self, x: &impl IntoTensor, y: &impl IntoTensor, config: &TrainingConfig) -> Result<History> {
+        const OP: &str = "Network::train";
         config.validate()?;
         let device = config.pick_device()?;
         let x = x.to_tensor()?;
         self.to_device(device)?;
-        let x = self.check_inputs(&x)?;
+        let x = self.check_inputs(&x, OP)?;
         let n = x.dims()[0];
-        let targets = Targets::prepare(&y.to_tensor()?, self.loss_function(), self.output_shape(), n)?;
+        let targets = Targets::prepare(&y.to_tensor()?, self.loss_function(), self.output_shape(), n, OP)?;
         let targets = targets.to_device(device)?;
         let n_val = (n as f64 * config.validation_split).floor() as usize;
         let n_train = n - n_val;
         if n_train == 0 {
             let msg = format!("validation_split {} leaves no training samples of {n}", config.validation_split);
-            return Err(rnn_core::Error::invalid("Network::train", msg));
+            return Err(rnn_core::Error::invalid(OP, msg));
         }
         let (x_train, t_train) = (x.narrow(0, 0, n_train)?, targets.narrow(0, n_train)?);
         let val = match n_val {
@@ -100,7 +121,6 @@ impl Network {
                 self.num_parameters()
             );
         }
-        rnn_core::manual_seed(config.seed);
         let result = Trainer::new(self, config)?.run(&x_train, &t_train, val.as_ref());
         self.model.set_training(false);
         result
@@ -108,9 +128,10 @@ impl Network {
 
     /// Loss and accuracy on `x`, `y` (evaluation mode, no gradients).
     pub fn evaluate(&self, x: &impl IntoTensor, y: &impl IntoTensor) -> Result<Evaluation> {
-        let x = self.check_inputs(&x.to_tensor()?)?;
+        const OP: &str = "Network::evaluate";
+        let x = self.check_inputs(&x.to_tensor()?, OP)?;
         let n = x.dims()[0];
-        let targets = Targets::prepare(&y.to_tensor()?, self.loss_function(), self.output_shape(), n)?;
+        let targets = Targets::prepare(&y.to_tensor()?, self.loss_function(), self.output_shape(), n, OP)?;
         self.evaluate_prepared(&x, &targets.to_device(self.device)?)
     }
 
@@ -133,33 +154,114 @@ impl Network {
     }
 }
 
-/// State of one `train` call.
-struct Trainer<'a> {
-    net: &'a mut Network,
-    config: &'a TrainingConfig,
+/// What carries over from one `train` call to the next on the same network: the optimizer
+/// with its state, the schedule's position, and the epochs done (they seed shuffling and
+/// dropout).
+pub(crate) struct TrainRun {
+    settings: RunSettings,
     optimizer: Box<dyn Optimizer>,
     scheduler: Option<Box<dyn LrScheduler>>,
-    history: History,
-    best: Option<(f64, usize, Vec<Tensor>)>,
+    epochs_done: u64,
 }
 
-impl<'a> Trainer<'a> {
-    fn new(net: &'a mut Network, config: &'a TrainingConfig) -> Result<Self> {
+/// The settings a `TrainRun` was started with: a call with other settings starts a new run.
+#[derive(PartialEq)]
+struct RunSettings {
+    optimizer: OptimizerConfig,
+    learning_rate: f64,
+    lr_schedule: Option<LrSchedule>,
+}
+
+impl TrainRun {
+    /// `previous` when `config` has its settings, else a fresh optimizer for `net`.
+    fn resume_or_start(previous: Option<TrainRun>, net: &Network, config: &TrainingConfig) -> Result<TrainRun> {
+        let settings = RunSettings {
+            optimizer: config.optimizer.clone(),
+            learning_rate: config.learning_rate,
+            lr_schedule: config.lr_schedule.clone(),
+        };
+        if let Some(run) = previous.filter(|run| run.settings == settings) {
+            return Ok(run);
+        }
         let params: Vec<Tensor> = net.named_parameters().into_iter().map(|(_, t)| t).collect();
-        let optimizer = config.optimizer.clone().with_learning_rate(config.learning_rate).build(params)?;
-        let mut optimizer = optimizer;
+        let mut optimizer = config.optimizer.clone().with_learning_rate(config.learning_rate).build(params)?;
         let scheduler = config.lr_schedule.as_ref().map(|s| s.build(config.learning_rate)).transpose()?;
         if let Some(s) = &scheduler {
             s.apply(optimizer.as_mut());
         }
-        Ok(Trainer { net, config, optimizer, scheduler, history: History::default(), best: None })
+        Ok(TrainRun { settings, optimizer, scheduler, epochs_done: 0 })
+    }
+}
+
+/// The seed of dropout in epoch `epoch` of a run (counted over `train` calls): `seed` itself
+/// in the first.
+fn epoch_seed(seed: u64, epoch: u64) -> u64 {
+    seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Why the epochs stopped early.
+enum Halt {
+    /// A NaN or infinite value, where (see `guard::diverged`).
+    NonFinite(String),
+    Failed(Error),
+}
+
+impl From<Error> for Halt {
+    fn from(e: Error) -> Self {
+        Halt::Failed(e)
+    }
+}
+
+/// State of one `train` call.
+struct Trainer<'a> {
+    net: &'a mut Network,
+    config: &'a TrainingConfig,
+    run: TrainRun,
+    history: History,
+    best: Option<(f64, usize, Vec<Tensor>)>,
+    /// The last weights known to be finite, put back after a divergence.
+    good: GoodWeights,
+    /// Read each step's loss before its update: always on the CPU, where a read costs
+    /// nothing; on a GPU only for `SkipStep`, which must know before updating.
+    check_each_step: bool,
+}
+
+impl<'a> Trainer<'a> {
+    fn new(net: &'a mut Network, config: &'a TrainingConfig) -> Result<Self> {
+        let run = TrainRun::resume_or_start(net.take_run(), net, config)?;
+        let good = GoodWeights::take(&net.state(), None)?;
+        let check_each_step = net.device().is_cpu() || config.on_non_finite == NonFinitePolicy::SkipStep;
+        Ok(Trainer { net, config, run, history: History::default(), best: None, good, check_each_step })
     }
 
+    /// Runs the epochs; keeps the run for the next call unless a NaN or infinite value ended
+    /// it, in which case the last finite weights are put back and the run is dropped.
     fn run(mut self, x: &Tensor, t: &Targets, val: Option<&(Tensor, Targets)>) -> Result<History> {
+        match self.epochs(x, t, val) {
+            Ok(()) => {
+                let history = self.finish();
+                self.net.set_run(self.run);
+                history
+            }
+            Err(Halt::Failed(e)) => {
+                self.net.set_run(self.run);
+                Err(e)
+            }
+            Err(Halt::NonFinite(what)) => {
+                self.good.restore(&self.net.state())?;
+                Err(guard::diverged(&what, &self.good))
+            }
+        }
+    }
+
+    fn epochs(&mut self, x: &Tensor, t: &Targets, val: Option<&(Tensor, Targets)>) -> std::result::Result<(), Halt> {
         for epoch in 0..self.config.max_epochs {
+            rnn_core::manual_seed(epoch_seed(self.config.seed, self.run.epochs_done));
             let started = Instant::now();
-            let lr = self.optimizer.learning_rate();
-            let (train, mut progress) = self.epoch(epoch, x, t)?;
+            let lr = self.run.optimizer.learning_rate();
+            let (train, skipped, mut progress) = self.epoch(epoch, x, t)?;
+            self.good = GoodWeights::take(&self.net.state(), Some(epoch + 1))?;
+            self.run.epochs_done += 1;
             let train_seconds = started.elapsed().as_secs_f64();
             let val_eval = val.map(|(vx, vt)| self.net.evaluate_prepared(vx, vt)).transpose()?;
             let seconds = started.elapsed().as_secs_f64();
@@ -173,58 +275,116 @@ impl<'a> Trainer<'a> {
                 seconds,
                 samples_per_sec,
                 lr: Some(lr),
+                skipped_steps: skipped,
             });
             let monitored = self.monitored(train, val_eval);
-            if let Some(s) = self.scheduler.as_mut() {
-                s.step(self.optimizer.as_mut(), Some(monitored))?;
+            if let Some(s) = self.run.scheduler.as_mut() {
+                s.step(self.run.optimizer.as_mut(), Some(monitored))?;
             }
             if self.should_stop(epoch, monitored)? {
                 break;
             }
         }
-        self.finish()
+        Ok(())
     }
 
     /// One pass over the training data; the progress display stays open for the summary.
-    fn epoch(&mut self, epoch: usize, x: &Tensor, t: &Targets) -> Result<(Evaluation, Progress)> {
+    /// Returns the epoch's loss and accuracy and the number of steps skipped.
+    fn epoch(
+        &mut self,
+        epoch: usize,
+        x: &Tensor,
+        t: &Targets,
+    ) -> std::result::Result<(Evaluation, usize, Progress), Halt> {
         let (n, bs) = (x.dims()[0], self.config.batch_size);
-        let batches = Batches::epoch(n, bs, self.config.shuffle, self.config.seed, epoch as u64)?;
-        let total_batches = n.div_ceil(bs);
+        let batches = Batches::epoch(n, bs, self.config.shuffle, self.config.seed, self.run.epochs_done)?;
+        let total = n.div_ceil(bs);
         let mode = ProgressMode::auto(self.config.verbose);
-        let mut progress = Progress::new(mode, epoch + 1, self.config.max_epochs, total_batches, n);
-        let report_every = (total_batches / 50).max(1);
+        let mut progress = Progress::new(mode, epoch + 1, self.config.max_epochs, total, n);
+        let report_every = (total / 50).max(1);
         self.net.model.set_training(true);
-        let mut totals = Totals::new();
-        // No host sync inside a step: the batch ids are in range by construction (`Batches`
-        // draws them from 0..n on the host), the losses check class ids on the device, and
-        // the sums stay on the device until a progress update (or, silent, the epoch's end)
-        // reads them.
+        let (mut totals, mut skipped, mut unread) = (Totals::new(), 0, 1);
+        // No host sync inside a step (except for the loss checks of `check_each_step`): the
+        // batch ids are in range by construction (`Batches` draws them from 0..n on the
+        // host), the losses check class ids on the device, and the sums stay on the device
+        // until a progress update (or, silent, the epoch's end) reads them.
         for (b, ids) in batches.enumerate() {
             let rows = ids.len();
             let ids = Tensor::from_vec(ids, rows, self.net.device())?;
-            self.step(&x.index_select(&ids, 0)?, &t.rows(&ids)?, &mut totals)?;
-            if mode != ProgressMode::Silent && (b % report_every == 0 || b + 1 == total_batches) {
+            if let Some(value) = self.step(&x.index_select(&ids, 0)?, &t.rows(&ids)?, &mut totals)? {
+                if self.config.on_non_finite == NonFinitePolicy::Stop {
+                    let at = guard::steps(b + 1, b + 1, total);
+                    return Err(Halt::NonFinite(format!("the loss is {value} at epoch {}, {at}", epoch + 1)));
+                }
+                skipped += 1;
+            }
+            if mode != ProgressMode::Silent && (b % report_every == 0 || b + 1 == total) {
                 let so_far = totals.read()?;
+                if totals.samples > 0 {
+                    self.check_loss(so_far.loss, epoch, unread, b + 1, total)?;
+                    unread = b + 2;
+                }
                 progress.update(b, totals.samples, so_far.loss, so_far.accuracy);
             }
         }
         self.net.model.set_training(false);
-        Ok((totals.read()?, progress))
+        if skipped == total {
+            let msg = format!("every one of the {total} steps of epoch {} had a NaN or infinite loss", epoch + 1);
+            return Err(Halt::NonFinite(msg));
+        }
+        // The epoch's last read-back also checks the weights (an update can overflow them
+        // even from a finite loss).
+        let state = self.net.state();
+        let (train, probe) = totals.read_with(guard::non_finite_probe(&state)?.as_ref())?;
+        self.check_loss(train.loss, epoch, unread, total, total)?;
+        if probe.is_some_and(|p| !p.is_finite()) {
+            let name = guard::first_non_finite(&state)?.unwrap_or_else(|| "a weight".into());
+            return Err(Halt::NonFinite(format!("{name} became NaN or infinite in epoch {}", epoch + 1)));
+        }
+        Ok((train, skipped, progress))
     }
 
-    fn step(&mut self, xb: &Tensor, tb: &Targets, totals: &mut Totals) -> Result<()> {
+    /// A non-finite running loss read back after steps `first..=last` (from 1) of `epoch`.
+    fn check_loss(
+        &self,
+        loss: f64,
+        epoch: usize,
+        first: usize,
+        last: usize,
+        total: usize,
+    ) -> std::result::Result<(), Halt> {
+        if loss.is_finite() || first > last {
+            return Ok(());
+        }
+        let mut what = format!("the loss is {loss} at epoch {}, {}", epoch + 1, guard::steps(first, last, total));
+        if !self.check_each_step {
+            what += &format!(" (on {} the loss is read back only at progress updates)", self.net.device());
+        }
+        Err(Halt::NonFinite(what))
+    }
+
+    /// One training step. A NaN or infinite loss found by `check_each_step` is returned,
+    /// and the step makes no update.
+    fn step(&mut self, xb: &Tensor, tb: &Targets, totals: &mut Totals) -> Result<Option<f64>> {
         let kind = self.net.loss_function();
         let folded = self.net.folds_last_activation();
         let out = self.net.logits(xb)?;
         let batch_loss = loss(kind, &out, tb, folded)?;
+        if self.check_each_step {
+            let value = batch_loss.to_f64_scalar()?;
+            if !value.is_finite() {
+                return Ok(Some(value));
+            }
+        }
         let hits = no_grad(|| correct(kind, &out, tb, folded))?;
         let mut grads = batch_loss.backward()?;
         if let Some(max_norm) = self.config.clip_grad_norm {
             let params: Vec<Tensor> = self.net.named_parameters().into_iter().map(|(_, t)| t).collect();
             clip_grad_norm_on_device(&mut grads, &params, max_norm)?;
         }
-        self.optimizer.step(&grads)?;
-        totals.add(&batch_loss, hits, xb.dims()[0])
+        self.run.optimizer.step(&grads)?;
+        totals.add(&batch_loss, hits, xb.dims()[0])?;
+        Ok(None)
     }
 
     fn record(&mut self, train: Evaluation, val: Option<Evaluation>, seconds: f64, samples_per_sec: f64, lr: f64) {
@@ -272,7 +432,7 @@ impl<'a> Trainer<'a> {
         Ok(epoch - best_epoch >= rule.patience)
     }
 
-    fn finish(mut self) -> Result<History> {
+    fn finish(&mut self) -> Result<History> {
         let last = self.history.epochs().saturating_sub(1);
         self.history.best_epoch = Some(last);
         if let (Some(rule), Some((_, best_epoch, snapshot))) = (self.config.early_stopping, self.best.take()) {
@@ -289,6 +449,6 @@ impl<'a> Trainer<'a> {
                 self.history.best_epoch = Some(best_epoch);
             }
         }
-        Ok(self.history)
+        Ok(std::mem::take(&mut self.history))
     }
 }

@@ -22,6 +22,7 @@ pub mod checkpoint;
 mod config;
 pub mod data;
 mod fit;
+mod guard;
 mod history;
 mod inputs;
 pub mod language_model;
@@ -33,7 +34,7 @@ pub mod plot;
 pub mod progress;
 mod spec;
 
-pub use config::{EarlyStopping, Monitor, TrainingConfig};
+pub use config::{EarlyStopping, Monitor, NonFinitePolicy, TrainingConfig};
 pub use fit::Evaluation;
 pub use history::History;
 pub use inputs::IntoTensor;

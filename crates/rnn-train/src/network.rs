@@ -1,9 +1,12 @@
 //! `Network`: the seed API's Keras-like model. Build it from `LayerBuilder`s, train it with
 //! a `TrainingConfig`, then evaluate, predict, save and load it.
 
+use std::sync::{Mutex, PoisonError};
+
 use rnn_core::{no_grad, DType, Device, Error, Result, Tensor};
 use rnn_nn::VarBuilder;
 
+use crate::fit::TrainRun;
 use crate::inputs::IntoTensor;
 use crate::model::Model;
 use crate::spec::{LayerBuilder, LayerKind, LossFunction};
@@ -50,7 +53,7 @@ impl NetworkBuilder {
         let mut model = Model::build(&self.input_shape, &self.layers, &mut vb)?;
         // Evaluation mode except inside `train`, so predict/evaluate are deterministic.
         model.set_training(false);
-        let net = Network { spec: self, model, device: Device::Cpu };
+        let net = Network { spec: self, model, device: Device::Cpu, run: Mutex::new(None) };
         net.check_loss_fits()?;
         Ok(net)
     }
@@ -61,6 +64,9 @@ pub struct Network {
     spec: NetworkBuilder,
     pub(crate) model: Model,
     pub(crate) device: Device,
+    /// The optimizer state `train` carries to its next call (a mutex only so that a
+    /// `Network` stays `Sync`: `train` takes `&mut self` and never locks it).
+    run: Mutex<Option<TrainRun>>,
 }
 
 impl Network {
@@ -125,6 +131,27 @@ impl Network {
         self.named_parameters().iter().map(|(_, t)| t.elem_count()).sum()
     }
 
+    /// Forgets the optimizer state (moments, step count), the schedule's position and the
+    /// epoch count that `train` carries from one call to the next: the next call starts as
+    /// the first did. (`train` also starts afresh by itself when the optimizer, learning
+    /// rate, schedule or device changes, and after it stops on a NaN or infinite value.)
+    pub fn reset_optimizer(&mut self) {
+        self.set_run(None);
+    }
+
+    pub(crate) fn take_run(&mut self) -> Option<TrainRun> {
+        self.run.get_mut().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    pub(crate) fn set_run(&mut self, run: impl Into<Option<TrainRun>>) {
+        *self.run.get_mut().unwrap_or_else(PoisonError::into_inner) = run.into();
+    }
+
+    /// The name of the first parameter or buffer holding a NaN or infinite value, if any.
+    pub fn first_non_finite(&self) -> Result<Option<String>> {
+        crate::guard::first_non_finite(&self.state())
+    }
+
     /// Moves the parameters to `device` (rebuilds the layers there and copies the values).
     pub fn to_device(&mut self, device: Device) -> Result<()> {
         if device == self.device {
@@ -134,7 +161,8 @@ impl Network {
         let mut vb = VarBuilder::new(device, DType::F32, self.spec.seed);
         let model = Model::build(&self.spec.input_shape, &self.spec.layers, &mut vb)?;
         let state = self.state();
-        let mut moved = Network { spec: self.spec.clone(), model, device };
+        // The optimizer held the old parameters: the moved network starts a new run.
+        let mut moved = Network { spec: self.spec.clone(), model, device, run: Mutex::new(None) };
         crate::checkpoint::apply(
             &moved.state(),
             &crate::checkpoint::Checkpoint { tensors: state, metadata: Default::default() },
@@ -147,7 +175,7 @@ impl Network {
     /// The network's outputs (the final activation included) for `[n, ..input_shape]` inputs,
     /// computed in evaluation mode, in batches, without recording gradients.
     pub fn predict(&self, x: &impl IntoTensor) -> Result<Tensor> {
-        let x = self.check_inputs(&x.to_tensor()?)?;
+        let x = self.check_inputs(&x.to_tensor()?, "Network::predict")?;
         let batches = self.map_batches(&x, |xb| self.model.forward(xb, false))?;
         Tensor::cat(&batches, 0)
     }
@@ -181,25 +209,26 @@ impl Network {
     }
 
     /// Checks `[n, ..input_shape]`, converts to f32 and moves to the network's device.
-    pub(crate) fn check_inputs(&self, x: &Tensor) -> Result<Tensor> {
+    /// `op` names the API in errors.
+    pub(crate) fn check_inputs(&self, x: &Tensor, op: &'static str) -> Result<Tensor> {
         let want = &self.spec.input_shape;
         if x.rank() != want.len() + 1 || &x.dims()[1..] != want.as_slice() {
             return Err(Error::invalid(
-                "Network",
+                op,
                 format!("inputs of shape {:?} given; expected [n, {}]", x.dims(), join(want)),
             ));
         }
         if x.dims()[0] == 0 {
-            return Err(Error::EmptyTensor { op: "Network", shape: x.shape().clone() });
+            return Err(Error::EmptyTensor { op, shape: x.shape().clone() });
         }
-        self.check_token_ids(x)?;
+        self.check_token_ids(x, op)?;
         x.to_dtype(DType::F32)?.to_device(self.device)
     }
 
     /// Token ids fed to a first embedding layer, checked on the host before they are moved
     /// to the device (inputs already on a GPU are checked there, at the next sync point):
     /// a bad id is reported here, before training, rather than by the device later.
-    fn check_token_ids(&self, x: &Tensor) -> Result<()> {
+    fn check_token_ids(&self, x: &Tensor, op: &'static str) -> Result<()> {
         let Some(LayerKind::Embedding { vocab, .. }) = self.spec.layers.first().map(|l| &l.kind) else {
             return Ok(());
         };
@@ -210,7 +239,7 @@ impl Network {
         let bad = values.iter().enumerate().find(|(_, v)| !(v.fract() == 0.0 && **v >= 0.0 && **v < *vocab as f64));
         if let Some((i, v)) = bad {
             let msg = format!("input {i} is {v}; token ids of the embedding must be integers in 0..{vocab}");
-            return Err(Error::invalid("Network", msg));
+            return Err(Error::invalid(op, msg));
         }
         Ok(())
     }

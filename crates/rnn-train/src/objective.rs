@@ -12,16 +12,17 @@ pub(crate) enum Targets {
 }
 
 impl Targets {
-    /// Checks `y` against the network's per-sample output shape and converts it.
-    pub fn prepare(y: &Tensor, loss: LossFunction, out_shape: &[usize], n: usize) -> Result<Targets> {
-        let bad = |msg: String| Err(Error::invalid("Network::train", msg));
+    /// Checks `y` against the network's per-sample output shape and converts it; `op`
+    /// names the API in errors.
+    pub fn prepare(y: &Tensor, loss: LossFunction, out_shape: &[usize], n: usize, op: &'static str) -> Result<Targets> {
+        let bad = |msg: String| Err(Error::invalid(op, msg));
         if y.dims().first() != Some(&n) {
             return bad(format!("{n} input samples but labels of shape {:?}", y.dims()));
         }
         let per_sample = &y.dims()[1..];
         if loss == LossFunction::CategoricalCrossEntropy && per_sample.is_empty() {
             let classes = out_shape.first().copied().unwrap_or(0);
-            let ids = class_ids(y, classes)?;
+            let ids = class_ids(y, classes, op)?;
             return Ok(Targets::Ids(ids));
         }
         let y = match per_sample == out_shape {
@@ -61,13 +62,13 @@ impl Targets {
 }
 
 /// Integer (or integral float) labels in `0..classes`, as u32.
-fn class_ids(y: &Tensor, classes: usize) -> Result<Tensor> {
+fn class_ids(y: &Tensor, classes: usize, op: &'static str) -> Result<Tensor> {
     let values = y.to_f64_vec()?;
     if let Some((i, v)) =
         values.iter().enumerate().find(|(_, v)| !(v.fract() == 0.0 && **v >= 0.0 && **v < classes as f64))
     {
         let msg = format!("label {i} is {v}; class ids must be integers in 0..{classes}");
-        return Err(Error::invalid("Network::train", msg));
+        return Err(Error::invalid(op, msg));
     }
     y.to_dtype(DType::U32)
 }

@@ -26,8 +26,13 @@ struct Architecture {
 
 impl Network {
     /// Writes the network to `path` (safetensors). The write is atomic: on any error the
-    /// previous file at `path`, if there was one, is untouched.
+    /// previous file at `path`, if there was one, is untouched. Weights holding a NaN or
+    /// infinite value are an error, so a diverged run never replaces a good checkpoint.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        if let Some(name) = self.first_non_finite()? {
+            let msg = format!("{name} holds NaN or infinite values; {} was not written", path.as_ref().display());
+            return Err(Error::invalid("Network::save", msg));
+        }
         let arch = Architecture {
             input_shape: self.input_shape().to_vec(),
             layers: self.layers().to_vec(),
@@ -56,10 +61,13 @@ impl Network {
     }
 
     /// Loads the weights saved at `path` into this network. Every name, shape and dtype is
-    /// checked before anything is written: on error the network is unchanged.
+    /// checked before anything is written: on error the network is unchanged. The optimizer
+    /// state `train` carried over is reset (its moments belonged to the old weights).
     pub fn load_weights(&mut self, path: impl AsRef<Path>) -> Result<()> {
         let ckpt = checkpoint::load(path)?;
-        checkpoint::apply(&self.state(), &ckpt)
+        checkpoint::apply(&self.state(), &ckpt)?;
+        self.reset_optimizer();
+        Ok(())
     }
 }
 

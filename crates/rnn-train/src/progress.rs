@@ -49,6 +49,8 @@ pub struct EpochSummary {
     pub samples_per_sec: f64,
     /// Learning rate of the epoch, when there is one to show.
     pub lr: Option<f64>,
+    /// Steps whose update was skipped for a NaN or infinite loss (`NonFinitePolicy::SkipStep`).
+    pub skipped_steps: usize,
 }
 
 /// The live bar: `epoch  3/10 [====>      ] 47/188 eta 3s  loss 0.3121  acc 90.12%  9,770 samples/s`.
@@ -186,6 +188,9 @@ pub fn format_summary(epoch: usize, epochs: usize, s: &EpochSummary) -> String {
     parts.push(format!("{:.1}s", s.seconds));
     parts.push(format!("{} samples/s", thousands(s.samples_per_sec)));
     parts.extend(s.lr.map(|lr| format!("lr {}", format_lr(lr))));
+    if s.skipped_steps > 0 {
+        parts.push(format!("skipped {} steps with a non-finite loss", s.skipped_steps));
+    }
     parts.join("  ")
 }
 
@@ -269,6 +274,7 @@ mod tests {
             seconds: 4.07,
             samples_per_sec: 9770.4,
             lr: None,
+            skipped_steps: 0,
         }
     }
 
@@ -298,8 +304,10 @@ mod tests {
             "{}",
             format_summary(12, 100, &with_lr)
         );
-        let tiny_lr = EpochSummary { lr: Some(1e-5), train_loss: f64::NAN, samples_per_sec: 999.0, ..bare };
+        let tiny_lr = EpochSummary { lr: Some(1e-5), train_loss: f64::NAN, samples_per_sec: 999.0, ..bare.clone() };
         assert_eq!(format_summary(7, 100, &tiny_lr), "epoch   7/100  loss NaN  0.0s  999 samples/s  lr 1.00e-5");
+        let skipped = EpochSummary { skipped_steps: 2, ..bare };
+        assert!(format_summary(1, 1, &skipped).ends_with("samples/s  skipped 2 steps with a non-finite loss"));
     }
 
     #[test]

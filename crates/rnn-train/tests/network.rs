@@ -6,7 +6,7 @@ use rnn_nn::optim::{LrSchedule, OptimizerConfig};
 use rnn_train::data::{synthetic_digits, Dataset};
 use rnn_train::{
     ActivationFunction::{ReLU, Sigmoid, Softmax, Tanh},
-    EarlyStopping, LayerBuilder, LossFunction, Monitor, Network, TrainingConfig,
+    EarlyStopping, LayerBuilder, LossFunction, Monitor, Network, NonFinitePolicy, TrainingConfig,
 };
 
 fn quiet(epochs: usize) -> TrainingConfig {
@@ -23,6 +23,26 @@ fn mlp(hidden: usize) -> Result<Network> {
 
 fn digits(n: usize, seed: u64) -> Dataset {
     synthetic_digits(n, seed).unwrap()
+}
+
+/// Every parameter and buffer, flattened, in the network's order.
+fn weights(net: &Network) -> Result<Vec<Vec<f32>>> {
+    net.state().iter().map(|(_, t)| t.to_vec::<f32>()).collect()
+}
+
+/// A network whose every op propagates NaN (tanh, dense layers without a fused ReLU).
+fn tanh_mlp() -> Result<Network> {
+    Network::with_input_size(784)?
+        .add_layer(LayerBuilder::dense(16).activation(Tanh))
+        .add_layer(LayerBuilder::dense(10).activation(Softmax))
+        .build()
+}
+
+/// `data`'s inputs with one NaN, in sample `sample`.
+fn with_nan(data: &Dataset, sample: usize) -> Result<Tensor> {
+    let mut values = data.inputs.to_vec::<f32>()?;
+    values[sample * 784 + 100] = f32::NAN;
+    Tensor::from_vec(values, data.inputs.dims(), Device::Cpu)
 }
 
 fn temp_path(name: &str) -> std::path::PathBuf {
@@ -241,3 +261,161 @@ fn other_losses_and_layers_train() -> Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn divergence_is_an_error_that_puts_the_weights_back() -> Result<()> {
+    let data = digits(200, 12);
+    let mut net = mlp(16)?;
+    net.train(&data.inputs, &data.labels, &quiet(1))?;
+    let before = weights(&net)?;
+    // Adam moves every weight by about the learning rate: the second step's logits overflow.
+    let err = net.train(&data.inputs, &data.labels, &TrainingConfig { learning_rate: 1e30, ..quiet(3) }).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("Network::train: the loss is") && msg.contains("at epoch 1, step "), "{msg}");
+    assert!(msg.contains("diverged") && msg.contains("as they were when train was called"), "{msg}");
+    assert!(weights(&net)? == before, "the weights of before the call were not put back");
+    // The network still trains and saves.
+    net.train(&data.inputs, &data.labels, &quiet(1))?;
+    assert_eq!(net.first_non_finite()?, None);
+    Ok(())
+}
+
+#[test]
+fn nan_in_the_data_stops_at_its_step_or_skips_it() -> Result<()> {
+    let data = digits(200, 13);
+    let x = with_nan(&data, 40)?;
+    // Batches of 32 without shuffling put sample 40 in step 2 of 7.
+    let config = TrainingConfig { shuffle: false, ..quiet(2) };
+    let mut net = tanh_mlp()?;
+    let before = weights(&net)?;
+    let msg = net.train(&x, &data.labels, &config).unwrap_err().to_string();
+    assert!(msg.contains("the loss is NaN at epoch 1, step 2 of 7"), "{msg}");
+    assert!(weights(&net)? == before);
+
+    let skip = TrainingConfig { on_non_finite: NonFinitePolicy::SkipStep, ..config };
+    let history = net.train(&x, &data.labels, &skip)?;
+    assert!(history.train_loss.iter().all(|l| l.is_finite()), "{:?}", history.train_loss);
+    assert_eq!(net.first_non_finite()?, None);
+    assert!(weights(&net)? != before, "the other steps trained");
+    // Skipping the step is training without its batch (the loss is checked before the update).
+    let mut without = tanh_mlp()?;
+    let (head, tail) = (data.split_at(32)?.0, data.split_at(64)?.1);
+    let rest_x = Tensor::cat(&[head.inputs.clone(), tail.inputs.clone()], 0)?;
+    let rest_y = Tensor::cat(&[head.labels.clone(), tail.labels.clone()], 0)?;
+    without.train(&rest_x, &rest_y, &TrainingConfig { shuffle: false, ..quiet(2) })?;
+    let first = |net: &Network| net.state()[0].1.to_vec::<f32>();
+    assert!(first(&without)? == first(&net)?, "a skipped step changed the weights");
+    Ok(())
+}
+
+#[test]
+fn nan_data_never_gives_ok_with_nan_weights() -> Result<()> {
+    // With ReLU layers (whose NaN handling is the core's), whatever the path: an error
+    // that leaves the weights as they were, or finite weights.
+    let data = digits(100, 14);
+    let x = with_nan(&data, 3)?;
+    for policy in [NonFinitePolicy::Stop, NonFinitePolicy::SkipStep] {
+        let mut net = mlp(16)?;
+        let before = weights(&net)?;
+        match net.train(&x, &data.labels, &TrainingConfig { on_non_finite: policy, ..quiet(2) }) {
+            Ok(h) => {
+                assert_eq!(policy, NonFinitePolicy::SkipStep, "Stop returned Ok: {h:?}");
+                assert_eq!(net.first_non_finite()?, None);
+            }
+            Err(e) => {
+                assert!(e.to_string().contains("NaN"), "{e}");
+                assert!(weights(&net)? == before);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn save_refuses_non_finite_weights_and_keeps_the_old_file() -> Result<()> {
+    let net = mlp(8)?;
+    let path = temp_path("finite.safetensors");
+    net.save(&path)?;
+    let saved = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+    let (name, w) = net.named_parameters()[2].clone();
+    rnn_core::no_grad(|| w.assign(&w.mul_scalar(f64::INFINITY)?))?;
+    assert_eq!(net.first_non_finite()?.as_deref(), Some(name.as_str()));
+    let msg = net.save(&path).unwrap_err().to_string();
+    assert!(msg.contains("Network::save") && msg.contains(&name) && msg.contains("not written"), "{msg}");
+    assert!(std::fs::read(&path).map_err(|e| Error::io(&path, e))? == saved, "the old checkpoint changed");
+    std::fs::remove_file(&path).ok();
+    Ok(())
+}
+
+#[test]
+fn a_second_train_call_continues_the_first() -> Result<()> {
+    let data = digits(192, 15);
+    // No dropout here: its masks come from the process-wide generator, which the other
+    // tests of this file draw from concurrently.
+    let net = || mlp(16);
+    let two = TrainingConfig { lr_schedule: Some(LrSchedule::Step { step_size: 1, gamma: 0.5 }), ..quiet(2) };
+    let one = TrainingConfig { max_epochs: 1, ..two.clone() };
+    let (x, y) = (&data.inputs, &data.labels);
+    let mut once = net()?;
+    once.train(x, y, &two)?;
+    let mut twice = net()?;
+    twice.train(x, y, &one)?;
+    let second = twice.train(x, y, &one)?;
+    assert!(weights(&twice)? == weights(&once)?, "1 + 1 epochs differ from 2 epochs");
+    assert_eq!(second.learning_rates, vec![0.5e-3], "the schedule went on");
+
+    // reset_optimizer starts afresh, and so does a call with another learning rate.
+    let mut reset = net()?;
+    reset.train(x, y, &one)?;
+    reset.reset_optimizer();
+    let other_lr = TrainingConfig { learning_rate: 2e-3, ..one.clone() };
+    reset.train(x, y, &other_lr)?;
+    assert!(weights(&reset)? != weights(&once)?);
+    let mut changed = net()?;
+    changed.train(x, y, &one)?;
+    changed.train(x, y, &other_lr)?;
+    assert!(weights(&changed)? == weights(&reset)?, "a new learning rate kept the old optimizer");
+    Ok(())
+}
+
+#[test]
+fn each_api_names_itself_in_errors() -> Result<()> {
+    let net = mlp(8)?;
+    let data = digits(10, 16);
+    let wrong_width = Tensor::zeros((10, 783), DType::F32, Device::Cpu)?;
+    let bad_labels = Tensor::full(12.0, 10, DType::F32, Device::Cpu)?;
+    let short_labels = data.labels.narrow(0, 0, 9)?;
+    let errors = [
+        (net.evaluate(&wrong_width, &data.labels).unwrap_err(), "Network::evaluate"),
+        (net.evaluate(&data.inputs, &bad_labels).unwrap_err(), "Network::evaluate"),
+        (net.evaluate(&data.inputs, &short_labels).unwrap_err(), "Network::evaluate"),
+        (net.predict(&wrong_width).unwrap_err(), "Network::predict"),
+        (net.predict_classes(&wrong_width).unwrap_err(), "Network::predict"),
+    ];
+    for (err, name) in errors {
+        assert!(err.to_string().starts_with(&format!("{name}: ")), "{err}");
+    }
+    let empty = Tensor::zeros((0, 784), DType::F32, Device::Cpu)?;
+    assert!(matches!(net.evaluate(&empty, &data.labels), Err(Error::EmptyTensor { op: "Network::evaluate", .. })));
+    Ok(())
+}
+
+/// On every device: a divergence is an error naming its epoch and step (on a GPU, the steps
+/// since the loss was last read back) that puts the weights back; `SkipStep` skips a NaN batch.
+fn non_finite_values_on(device: Device) -> Result<()> {
+    let data = digits(96, 17);
+    let config = TrainingConfig { device: Some(device), shuffle: false, ..quiet(1) };
+    let mut net = mlp(16)?;
+    let before = weights(&net)?;
+    let diverging = TrainingConfig { learning_rate: 1e30, ..config.clone() };
+    let msg = net.train(&data.inputs, &data.labels, &diverging).unwrap_err().to_string();
+    assert!(msg.contains("at epoch 1, step"), "{msg}");
+    assert_eq!(msg.contains("read back only at progress updates"), !device.is_cpu(), "{msg}");
+    assert!(weights(&net)? == before, "the weights were not put back");
+    let skip = TrainingConfig { on_non_finite: NonFinitePolicy::SkipStep, ..config };
+    let mut net = tanh_mlp()?;
+    let history = net.train(&with_nan(&data, 40)?, &data.labels, &skip)?;
+    assert!(history.train_loss[0].is_finite() && net.first_non_finite()?.is_none(), "{history:?}");
+    Ok(())
+}
+rnn_testutil::test_device!(non_finite_values, non_finite_values_on);

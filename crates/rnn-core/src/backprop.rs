@@ -58,7 +58,9 @@ impl Op {
     /// dropped graph can be taken apart without recursion (`TensorInner`'s `Drop`).
     pub(crate) fn into_tensors(self, out: &mut Vec<Tensor>) {
         match self {
-            Op::Unary(a, _) | Op::Reduce(a, _) | Op::Reshape(a) | Op::Permute(a, _) | Op::Narrow(a, _, _) => out.push(a),
+            Op::Unary(a, _) | Op::Reduce(a, _) | Op::Reshape(a) | Op::Permute(a, _) | Op::Narrow(a, _, _) => {
+                out.push(a)
+            }
             Op::Broadcast(a) | Op::Copy(a) | Op::ToDType(a) => out.push(a),
             Op::Unfold2d(a, _) | Op::Fold2d(a, _) => out.push(a),
             Op::Binary(a, b, _) | Op::Matmul(a, b) => out.extend([a, b]),

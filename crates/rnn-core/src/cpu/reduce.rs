@@ -223,8 +223,10 @@ fn reduce_typed<T: WithDType + Default + bytemuck::Zeroable>(
     op: ReduceOp,
 ) -> Result<CpuStorage> {
     let values = |v: Vec<(T, u32)>| T::into_storage(v.into_iter().map(|(x, _)| x).collect());
-    // Positions are i64, as PyTorch's.
-    let indices = |v: Vec<(T, u32)>| CpuStorage::I64(v.into_iter().map(|(_, i)| i64::from(i)).collect());
+    // Positions are i64, as PyTorch's. An empty reduction (which `Tensor` refuses) has none:
+    // -1, as the GPU kernels give.
+    let position = |i: u32| if i == u32::MAX { -1 } else { i64::from(i) };
+    let indices = |v: Vec<(T, u32)>| CpuStorage::I64(v.into_iter().map(|(_, i)| position(i)).collect());
     Ok(match op {
         ReduceOp::Sum => T::into_storage(reduce3(x, outer, r, inner, &Sum)?),
         ReduceOp::Max => values(reduce3(x, outer, r, inner, &Extreme::<true, false>)?),

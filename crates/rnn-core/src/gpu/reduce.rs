@@ -3,9 +3,9 @@
 //! element `j` of output `o` is at `kept(o) + reduced(j)`.
 //!
 //! Semantics follow `cpu/reduce.rs`: float sums accumulate in f64 for f32 and f64 on CUDA
-//! (as the CPU's) and in f32 for the half types and on wgpu, integer sums are exact and
-//! are i64 and saturate to its range (i32's on wgpu, which stores i64 as i32), positions are
-//! i64 (as `ReduceOp::out_dtype` says), max / min and their positions let NaN win and keep the first of
+//! (as the CPU's) and in f32 for the half types and on wgpu; integer sums are exact, i64,
+//! saturated to its range (i32's on wgpu, which stores i64 as i32); positions are i64 (see
+//! `ReduceOp::out_dtype`); max / min and their positions let NaN win and keep the first of
 //! equal elements, and an empty reduction gives the CPU's identity values.
 
 use super::elementwise::template;

@@ -53,6 +53,26 @@ impl Op {
     }
 }
 
+impl Op {
+    /// Every tensor the op holds (inputs, indices, saved outputs), moved out, so that a
+    /// dropped graph can be taken apart without recursion (`TensorInner`'s `Drop`).
+    pub(crate) fn into_tensors(self, out: &mut Vec<Tensor>) {
+        match self {
+            Op::Unary(a, _) | Op::Reduce(a, _) | Op::Reshape(a) | Op::Permute(a, _) | Op::Narrow(a, _, _) => {
+                out.push(a)
+            }
+            Op::Broadcast(a) | Op::Copy(a) | Op::ToDType(a) => out.push(a),
+            Op::Unfold2d(a, _) | Op::Fold2d(a, _) => out.push(a),
+            Op::Binary(a, b, _) | Op::Matmul(a, b) => out.extend([a, b]),
+            Op::IndexSelect(a, i, _) | Op::Gather(a, i, _) => out.extend([a, i]),
+            Op::WhereCond(c, t, f) => out.extend([c, t, f]),
+            Op::ScatterAdd(a, i, s, _) => out.extend([a, i, s]),
+            Op::Cat(xs, _) => out.extend(xs),
+            Op::Fused(_, xs, saved) => out.extend(xs.into_iter().chain(saved)),
+        }
+    }
+}
+
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
 }

@@ -1,5 +1,6 @@
 //! Scalar arithmetic the CPU kernels are generic over. Integers wrap and divide by zero to
-//! zero instead of panicking: a tensor op must never abort the process.
+//! zero instead of panicking: a tensor op must never abort the process. (`Tensor::div`
+//! never reaches integer division: it divides integers as f32, as PyTorch's `/` does.)
 
 use half::{bf16, f16};
 

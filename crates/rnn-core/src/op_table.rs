@@ -7,6 +7,7 @@
 //! in float, not double.
 
 use crate::num::{Elem, Float};
+use crate::DType;
 
 /// Calls `visit::<K>()` with the zero-sized kernel type of an op, so that backends write one
 /// generic loop and the compiler inlines each op's formula into it.
@@ -194,7 +195,8 @@ impl CmpOp {
     }
 }
 
-/// Reductions over a set of dims. Arg reductions return u32 indices.
+/// Reductions over a set of dims. Arg reductions return i64 positions, and sums of integers
+/// are i64 (exact, saturating beyond i64's range), as PyTorch's (see `out_dtype`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
     Sum,
@@ -216,6 +218,16 @@ impl ReduceOp {
     }
     pub fn is_arg(self) -> bool {
         matches!(self, ReduceOp::ArgMax | ReduceOp::ArgMin)
+    }
+
+    /// The dtype of the result of reducing a tensor of `input`: PyTorch's (`argmax` gives
+    /// int64, and `sum` promotes integers, bool-like u8 included, to int64).
+    pub fn out_dtype(self, input: DType) -> DType {
+        match self {
+            ReduceOp::ArgMax | ReduceOp::ArgMin => DType::I64,
+            ReduceOp::Sum if input.is_int() => DType::I64,
+            _ => input,
+        }
     }
 }
 

@@ -29,6 +29,26 @@ pub(crate) struct TensorInner {
     device: Device,
 }
 
+/// Takes a dropped graph apart with an explicit stack. The default drop would recurse once
+/// per op (this node's op drops its inputs, whose ops drop theirs, ...), and a chain of a
+/// million ops would overflow the thread's stack; `backward` is iterative for the same reason.
+impl Drop for TensorInner {
+    fn drop(&mut self) {
+        let Some(op) = self.op.take() else { return };
+        let mut stack = Vec::new();
+        op.into_tensors(&mut stack);
+        while let Some(tensor) = stack.pop() {
+            // The last handle on a node: empty its op here, so that dropping the node itself
+            // recurses no further. A node still referenced elsewhere stays whole.
+            if let Some(mut inner) = Arc::into_inner(tensor.0) {
+                if let Some(op) = inner.op.take() {
+                    op.into_tensors(&mut stack);
+                }
+            }
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Tensor(Arc<TensorInner>);
 

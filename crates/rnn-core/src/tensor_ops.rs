@@ -34,7 +34,7 @@ macro_rules! binary_methods {
             }
             #[doc = concat!("`", stringify!($name), "` with a scalar right-hand side.")]
             pub fn $scalar(&self, rhs: f64) -> Result<Tensor> {
-                self.binary(&self.scalar_like(rhs)?, BinaryOp::$op)
+                self.binary_scalar(rhs, BinaryOp::$op)
             }
         )*}
     };
@@ -83,10 +83,25 @@ impl Tensor {
         Ok((self.broadcast_as(shape.clone())?, rhs.broadcast_as(shape)?))
     }
 
+    /// Elementwise `op`. Dividing integers is PyTorch's true division: both operands become
+    /// f32 (its default float dtype), so `7 / 2` is 3.5 and a zero divisor gives ±inf or NaN
+    /// instead of an integer that no rule would produce.
     pub fn binary(&self, rhs: &Tensor, op: BinaryOp) -> Result<Tensor> {
+        if op == BinaryOp::Div && self.dtype().is_int() && rhs.dtype() == self.dtype() {
+            return self.to_dtype(DType::F32)?.binary(&rhs.to_dtype(DType::F32)?, op);
+        }
         let (a, b) = self.broadcast_pair(rhs, op.name())?;
         let storage = a.storage().binary(a.layout(), &b.storage(), b.layout(), op)?;
         Ok(Tensor::from_parts(storage, Layout::contiguous(a.shape().clone()), Some(Op::Binary(a, b, op))))
+    }
+
+    /// `op` with a scalar right-hand side of this tensor's dtype (an integer tensor divided
+    /// by a scalar is promoted first, as in `binary`, so the scalar is not truncated).
+    fn binary_scalar(&self, rhs: f64, op: BinaryOp) -> Result<Tensor> {
+        if op == BinaryOp::Div && self.dtype().is_int() {
+            return self.to_dtype(DType::F32)?.binary_scalar(rhs, op);
+        }
+        self.binary(&self.scalar_like(rhs)?, op)
     }
 
     pub fn cmp(&self, rhs: &Tensor, op: CmpOp) -> Result<Tensor> {
@@ -143,6 +158,8 @@ impl Tensor {
         out.reshape(kept)
     }
 
+    /// The sum over `dims`; integer tensors (u8 included) sum exactly into i64, as in
+    /// PyTorch, saturating beyond i64's range (i32's on wgpu, which stores i64 as i32).
     pub fn sum(&self, dims: impl Dims) -> Result<Tensor> {
         self.reduce(dims, ReduceOp::Sum, false)
     }
@@ -161,7 +178,8 @@ impl Tensor {
     pub fn min_keepdim(&self, dims: impl Dims) -> Result<Tensor> {
         self.reduce(dims, ReduceOp::Min, true)
     }
-    /// Position (u32) of the largest element along `dims` (flattened when several).
+    /// Position (i64, as in PyTorch) of the largest element along `dims` (flattened when
+    /// several); the first of tied elements.
     pub fn argmax(&self, dims: impl Dims) -> Result<Tensor> {
         self.reduce(dims, ReduceOp::ArgMax, false)
     }
@@ -182,6 +200,7 @@ impl Tensor {
         self.mean_impl(dims, true)
     }
     fn mean_impl(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        self.expect_float("mean")?;
         let dims = dims.to_indexes(self.shape(), "mean")?;
         let n: usize = dims.iter().map(|&d| self.dims()[d]).product();
         self.reduce(dims, ReduceOp::Sum, keepdim)?.div_scalar(n as f64)
@@ -195,10 +214,21 @@ impl Tensor {
         self.var_impl(dims, true)
     }
     fn var_impl(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        self.expect_float("var")?;
         let dims = dims.to_indexes(self.shape(), "var")?;
         let n: usize = dims.iter().map(|&d| self.dims()[d]).product();
         let centered = self.sub(&self.mean_keepdim(dims.clone())?)?;
         centered.sqr()?.reduce(dims, ReduceOp::Sum, keepdim)?.div_scalar(n as f64 - 1.0)
+    }
+
+    /// PyTorch's `mean` and `var` refuse integer tensors (they could not infer the result's
+    /// dtype): so do ours, rather than rounding the result to an integer.
+    fn expect_float(&self, op: &'static str) -> Result<()> {
+        if self.dtype().is_int() {
+            let hint = ": it needs a float tensor (convert with to_dtype first)";
+            return Err(Error::UnsupportedDType { op, dtype: self.dtype(), hint });
+        }
+        Ok(())
     }
 
     pub fn sum_all(&self) -> Result<Tensor> {

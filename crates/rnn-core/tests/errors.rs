@@ -564,8 +564,8 @@ fn backward_errors(device: Device) -> Result<()> {
     check!(fails(&[&d], || d.backward().map(|g| g.len())), Error::Backward { .. }, ["backward"]);
     let i = iota(device, &[3], DType::U32).requires_grad();
     check!(fails(&[&i], || i.backward().map(|g| g.len())), Error::Backward { .. }, ["backward", "u32"]);
-    let s = i.sum_all().unwrap();
-    check!(fails(&[&s], || s.backward().map(|g| g.len())), Error::Backward { .. }, ["u32"]);
+    let s = i.sum_all().unwrap(); // an integer sum is i64, as in PyTorch
+    check!(fails(&[&s], || s.backward().map(|g| g.len())), Error::Backward { .. }, ["i64"]);
     // An error inside the graph (log of an int) surfaces as that op's error.
     let n = iota(device, &[3], DType::I64).requires_grad();
     let p = n.pow(&n).unwrap().to_dtype(DType::F32).unwrap().sum_all().unwrap();

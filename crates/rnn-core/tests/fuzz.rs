@@ -339,7 +339,9 @@ fn binary_and_cmp_ops(device: Device) -> Result<()> {
         let out = broadcast(&sa.shape, &sb.shape).filter(|_| sa.dtype == sb.dtype);
         for &op in BinaryOp::ALL {
             if let Some(y) = expect(op.name(), a.binary(&b, op), out.clone()) {
-                assert_eq!(y.dtype(), sa.dtype);
+                // Integers divide as f32 (PyTorch's true division).
+                let int_div = op == BinaryOp::Div && sa.dtype.is_int();
+                assert_eq!(y.dtype(), if int_div { DType::F32 } else { sa.dtype });
             }
         }
         for &op in CmpOp::ALL {
@@ -417,7 +419,8 @@ fn reductions(device: Device) -> Result<()> {
             let dims = if single && !dims.is_empty() { vec![dims[0]] } else { dims };
             let picked = resolve_all(&dims, s.shape.len());
             let empty = picked.as_ref().is_some_and(|p| p.iter().any(|&d| s.shape[d] == 0));
-            let ok = picked.is_some() && !((1..=4).contains(&op) && empty) && (op != 6 || s.dtype.is_float());
+            // mean and var need floats, as in PyTorch.
+            let ok = picked.is_some() && !((1..=4).contains(&op) && empty) && (op < 5 || s.dtype.is_float());
             let expected = picked.filter(|_| ok).map(|p| reduced_shape(&s.shape, &p, keepdim));
             let r = if single && dims.len() == 1 {
                 reduce_by(&x, op, dims[0], keepdim)
@@ -425,14 +428,16 @@ fn reductions(device: Device) -> Result<()> {
                 reduce_by(&x, op, dims.clone(), keepdim)
             };
             if let Some(y) = expect("reduction", r, expected) {
-                assert_eq!(y.dtype(), if op == 3 || op == 4 { DType::U32 } else { s.dtype });
+                // Positions and integer sums are i64, as in PyTorch.
+                let i64_out = op == 3 || op == 4 || (op == 0 && s.dtype.is_int());
+                assert_eq!(y.dtype(), if i64_out { DType::I64 } else { s.dtype });
                 if op == 0 && (s.dtype == DType::F64 || s.dtype == DType::I64) && dims.is_empty() {
                     assert_eq!(sum_f64(&y), sum_f64(&x)); // reducing nothing is the identity
                 }
             }
             let n = x.elem_count();
             expect("sum_all", x.sum_all(), Some(vec![]));
-            expect("mean_all", x.mean_all(), Some(vec![]));
+            expect("mean_all", x.mean_all(), s.dtype.is_float().then(Vec::new));
             expect("max_all", x.max_all(), (n > 0).then(Vec::new));
             expect("min_all", x.min_all(), (n > 0).then(Vec::new));
             let d = dims.first().copied().unwrap_or(-1);
@@ -767,7 +772,9 @@ fn large_tensors(device: Device) -> Result<()> {
         let float = dt.is_float();
         expect("exp", x.exp(), float.then(|| shape.clone()));
         let reduced = |keep: bool| i.map(|i| reduced_shape(&shape, &[i], keep));
-        expect("add broadcast", x.sum_keepdim(d).and_then(|m| x.add(&m)), i.map(|_| shape.clone()));
+        // Integer sums are i64: back to x's dtype for the add.
+        let add_sum = x.sum_keepdim(d).and_then(|m| x.add(&m.to_dtype(dt)?));
+        expect("add broadcast", add_sum, i.map(|_| shape.clone()));
         expect("ge", x.ge(&x.contiguous().unwrap()), Some(shape.clone()));
         expect("sum", reduce_by(&x, 0, d, keepdim), reduced(keepdim));
         expect("max", reduce_by(&x, 1, d, keepdim), reduced(keepdim));

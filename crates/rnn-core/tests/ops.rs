@@ -9,7 +9,7 @@ use half::{bf16, f16};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rnn_core::op_table::{BinaryOp, CmpOp, UnaryOp};
-use rnn_core::{manual_seed, DType, Device, Epilogue, Result, Tensor};
+use rnn_core::{manual_seed, DType, Device, Epilogue, Error, Result, Tensor};
 use rnn_testutil::reference::*;
 use rnn_testutil::*;
 
@@ -408,7 +408,7 @@ fn binary_scalar_and_int(device: Device) -> Result<()> {
     let j = Tensor::from_vec(vec![2i64, 3, 0, -4], 4, device)?;
     assert_eq!(i.add(&j)?.to_vec::<i64>()?, vec![9, -5, 9, 6]);
     assert_eq!(i.mul(&j)?.to_vec::<i64>()?, vec![14, -24, 0, -40]);
-    assert_eq!(i.div(&j)?.to_vec::<i64>()?, vec![3, -2, 0, -2], "integer division truncates; by zero gives 0");
+    assert_eq!(i.div(&j)?.dtype(), DType::F32, "integers divide as f32 (integer_division_is_true_division)");
     assert_eq!(i.maximum(&j)?.to_vec::<i64>()?, vec![7, 3, 9, 10]);
     let u = Tensor::from_vec(vec![250u8, 3], 2, device)?;
     assert_eq!(u.add_scalar(10.0)?.to_vec::<u8>()?, vec![4, 13], "u8 addition wraps");
@@ -547,7 +547,7 @@ fn check_reduce(x: &Tensor, red: Red, dims: &[usize], keep: bool, tol: f64) -> R
         if keep { kept } else { (0..x.rank()).filter(|d| !dims.contains(d)).map(|d| x.dims()[d]).collect() };
     let got = apply(x, red, dims.to_vec(), keep)?;
     let arg = matches!(red, Red::ArgMax | Red::ArgMin);
-    assert_eq!(got.dtype(), if arg { DType::U32 } else { x.dtype() }, "{red:?} dtype");
+    assert_eq!(got.dtype(), if arg { DType::I64 } else { x.dtype() }, "{red:?} dtype");
     let what = format!(
         "{red:?} over {dims:?} keepdim={keep} of {:?} {} (contiguous: {})",
         x.dims(),
@@ -589,10 +589,10 @@ fn reductions(device: Device) -> Result<()> {
     let i = Tensor::from_vec(vec![3i64, -7, 2, 9, 0, 4], (2, 3), device)?;
     assert_eq!(i.sum(1)?.to_vec::<i64>()?, vec![-2, 13]);
     assert_eq!(i.max(0)?.to_vec::<i64>()?, vec![9, 0, 4]);
-    assert_eq!(i.argmin(1)?.to_vec::<u32>()?, vec![1, 1]);
+    assert_eq!(i.argmin(1)?.to_vec::<i64>()?, vec![1, 1]);
     let ties = Tensor::from_vec(vec![1.0f32, 3.0, 3.0, 0.0, 0.0, 3.0], (2, 3), device)?;
-    assert_eq!(ties.argmax(1)?.to_vec::<u32>()?, vec![1, 2], "ties pick the first");
-    assert_eq!(ties.argmin(1)?.to_vec::<u32>()?, vec![0, 0]);
+    assert_eq!(ties.argmax(1)?.to_vec::<i64>()?, vec![1, 2], "ties pick the first");
+    assert_eq!(ties.argmin(1)?.to_vec::<i64>()?, vec![0, 0]);
     let empty = Tensor::zeros((2, 0), DType::F32, device)?;
     assert_eq!(empty.sum(1)?.to_vec::<f32>()?, vec![0.0, 0.0]);
     assert!(empty.max(1).is_err() && empty.argmax(1).is_err(), "max over an empty dim");
@@ -600,6 +600,68 @@ fn reductions(device: Device) -> Result<()> {
     Ok(())
 }
 test_device!(reductions_test, reductions);
+
+/// Integer sums are exact i64 (PyTorch promotes integer sums, bool-like u8 included, to
+/// int64): a u8 sum does not stop at 255. mean and var of integers are errors, as in
+/// PyTorch (which cannot infer their dtype), and argmax / argmin give i64 positions.
+fn integer_reductions_match_pytorch_dtypes(device: Device) -> Result<()> {
+    let bytes = Tensor::full(200.0, (3, 300), DType::U8, device)?;
+    let sums = bytes.sum(1)?;
+    assert_eq!(sums.dtype(), DType::I64);
+    assert_eq!(sums.to_vec::<i64>()?, vec![60_000; 3]);
+    assert_eq!(bytes.sum_all()?.to_vec::<i64>()?, vec![180_000]);
+    assert_eq!(bytes.gt_scalar(100.0)?.sum_keepdim(0)?.dims(), &[1, 300], "a comparison's count");
+    let words = Tensor::full(4e9, 4, DType::U32, device)?;
+    let words_sum = words.sum(0)?.to_vec::<i64>()?;
+    // wgpu stores i64 as i32: its sums saturate at i32's range (the CPU and CUDA are exact).
+    let want = if matches!(device, Device::Wgpu(_)) { i64::from(i32::MAX) } else { 16_000_000_000 };
+    assert_eq!(words_sum, vec![want], "u32 sum");
+    let signed = Tensor::from_vec(vec![-5i64, 3, -9, 4], (2, 2), device)?;
+    assert_eq!(signed.sum(0)?.to_vec::<i64>()?, vec![-14, 7]);
+    for x in [&bytes, &words, &signed] {
+        for (what, r) in [("mean", x.mean(0)), ("mean", x.mean_all()), ("var", x.var(0))] {
+            match r {
+                Err(Error::UnsupportedDType { op, dtype, .. }) => assert_eq!((op, dtype), (what, x.dtype())),
+                other => panic!("{what} of {}: {other:?}", x.dtype()),
+            }
+        }
+        assert_eq!(x.argmax(0)?.dtype(), DType::I64);
+        assert_eq!(x.argmin(0)?.dtype(), DType::I64);
+    }
+    assert_eq!(x_f32(device)?.argmax(0)?.dtype(), DType::I64);
+    Ok(())
+}
+test_device!(integer_reductions_match_pytorch_dtypes_test, integer_reductions_match_pytorch_dtypes);
+
+fn x_f32(device: Device) -> Result<Tensor> {
+    Tensor::from_vec(vec![1f32, 3.0, 2.0], 3, device)
+}
+
+/// Dividing integers is PyTorch's true division: the result is f32, so `7 / 2` is 3.5 and a
+/// zero divisor gives ±inf or NaN, never an integer made up for it.
+fn integer_division_is_true_division(device: Device) -> Result<()> {
+    for dtype in [DType::U8, DType::U32, DType::I64] {
+        let a = Tensor::from_vec(vec![7f64, 9., 1., 0.], 4, Device::Cpu)?.to_dtype(dtype)?.to_device(device)?;
+        let b = Tensor::from_vec(vec![2f64, 4., 0., 0.], 4, Device::Cpu)?.to_dtype(dtype)?.to_device(device)?;
+        let q = a.div(&b)?;
+        assert_eq!(q.dtype(), DType::F32, "{dtype}");
+        let got = q.to_vec::<f32>()?;
+        // GPU float division may be a few ulp off (WGSL allows 2.5), hence `close`.
+        let close = |got: &[f32], want: &[f32]| got.iter().zip(want).all(|(g, w)| (g - w).abs() <= 1e-6 * w.abs());
+        assert!(close(&got[..2], &[3.5, 2.25]) && got[2] == f32::INFINITY, "{dtype}: {got:?}");
+        assert!(got[3].is_nan(), "0 / 0 is NaN ({dtype}): {got:?}");
+        assert!(close(&(&a / &b)?.to_vec::<f32>()?[..2], &[3.5, 2.25]), "the / operator ({dtype})");
+        let halves = a.div_scalar(2.5)?.to_vec::<f32>()?;
+        assert!(close(&halves, &[2.8, 3.6, 0.4, 0.0]), "the scalar is not truncated ({dtype}): {halves:?}");
+    }
+    let signed = Tensor::from_vec(vec![-7i64, 7], 2, device)?;
+    let q = signed.div(&Tensor::from_vec(vec![2i64, 0], 2, device)?)?.to_vec::<f32>()?;
+    assert!((q[0] + 3.5).abs() < 1e-6 && q[1] == f32::INFINITY, "{q:?}");
+    let mixed = signed.div(&Tensor::from_vec(vec![2u32, 1], 2, device)?);
+    assert!(matches!(mixed, Err(Error::DTypeMismatch { op: "div", .. })), "{mixed:?}");
+    Ok(())
+}
+test_device!(integer_division_is_true_division_test, integer_division_is_true_division);
 
 fn reductions_big(device: Device) -> Result<()> {
     let mut r = rng(14);
@@ -619,7 +681,7 @@ fn reductions_big(device: Device) -> Result<()> {
     for red in [Red::Sum, Red::Mean, Red::Max, Red::Min, Red::ArgMax, Red::ArgMin, Red::Var] {
         check_reduce(&t, red, &[1], false, 1e-5)?;
     }
-    assert_eq!(t.argmax(1)?.to_vec::<u32>()?, vec![40_001]);
+    assert_eq!(t.argmax(1)?.to_vec::<i64>()?, vec![40_001]);
     let two = randn(&mut r, &[2, 50_000], widest_float(device), device)?;
     for red in [Red::Sum, Red::Max, Red::ArgMax] {
         check_reduce(&two, red, &[1], true, if two.dtype() == DType::F64 { 1e-12 } else { 1e-5 })?;

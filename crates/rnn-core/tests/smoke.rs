@@ -15,3 +15,29 @@ fn matmul_relu_backward(device: Device) -> Result<()> {
     Ok(())
 }
 test_device!(matmul_relu_backward_test, matmul_relu_backward);
+
+/// Dropping a graph a million ops deep takes it apart without recursion: it runs on a
+/// thread with a 256 KiB stack, which a recursive drop (a few frames per op) would overflow
+/// within a few thousand ops. A node still held elsewhere keeps its own history.
+#[test]
+fn dropping_a_deep_graph_does_not_overflow_the_stack() {
+    let body = || -> Result<()> {
+        let x = Tensor::from_vec(vec![1f32], 1, Device::Cpu)?.requires_grad();
+        let mut y = x.clone();
+        let mut kept = None;
+        for i in 0..1_000_000 {
+            y = y.add(&x)?;
+            if i == 10 {
+                kept = Some(y.clone());
+            }
+        }
+        assert_eq!(values(&y), vec![1_000_001.]);
+        drop(y);
+        let kept = kept.expect("kept at step 10");
+        let grads = kept.backward()?;
+        assert_eq!(values(grads.get(&x).unwrap()), vec![12.], "the kept node's graph is intact");
+        Ok(())
+    };
+    let worker = std::thread::Builder::new().stack_size(256 * 1024).spawn(body).expect("spawn");
+    worker.join().expect("the drop overflowed the stack").expect("ops");
+}

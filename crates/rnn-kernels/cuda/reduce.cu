@@ -50,15 +50,15 @@ template <typename T, typename A> struct FloatSum {
     static __device__ __forceinline__ Out finish(Acc a) { return store<T, A>(a); }
 };
 
-// Sums of u8 / u32, exact in 64 bits, saturated to the stored type.
+// Sums of u8 / u32, exact in 64 bits, as i64 (saturated to its range).
 template <typename T> struct UnsignedSum {
     typedef u64 Acc;
-    typedef T Out;
+    typedef i64 Out;
     static __device__ __forceinline__ Acc identity() { return 0; }
     static __device__ __forceinline__ Acc element(T x, u64) { return (u64)x; }
     static __device__ __forceinline__ Acc merge(Acc a, Acc b) { return a + b; }
     static __device__ __forceinline__ Acc shfl(Acc a, int d) { return shfl_down(a, d); }
-    static __device__ __forceinline__ Out finish(Acc a) { return a > (u64)highest<T>() ? highest<T>() : (T)a; }
+    static __device__ __forceinline__ Out finish(Acc a) { return a > (u64)highest<i64>() ? highest<i64>() : (i64)a; }
 };
 
 // A 128-bit two's complement integer.
@@ -91,8 +91,8 @@ template <typename V> struct Best {
     u64 j;
 };
 
-// Max (GREATER) or min of T compared as V, giving the value or (ARG) its u32 position
-// among the reduced elements.
+// Max (GREATER) or min of T compared as V, giving the value or (ARG) its position among the
+// reduced elements (as O: i64).
 template <typename T, typename V, typename O, bool GREATER, bool ARG> struct Extreme {
     typedef Best<V> Acc;
     typedef O Out;

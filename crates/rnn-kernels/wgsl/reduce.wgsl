@@ -55,12 +55,7 @@ fn isum_merge(a: Acc, b: Acc) -> Acc {
     return Acc(bitcast<{{C}}>(lo), a.w + b.w + carry);
 }
 
-// The 64-bit sum saturated to an unsigned integer no larger than `max`.
-fn sat_unsigned(a: Acc, max: u32) -> u32 {
-    return select(min(bitcast<u32>(a.v), max), max, a.w != 0u);
-}
-
-// The 64-bit sum saturated to i32.
+// The 64-bit sum saturated to i32 (integer sums are i64, stored as i32 on wgpu).
 fn sat_signed(a: Acc) -> i32 {
     let lo = bitcast<i32>(a.v);
     let fits = (a.w == 0u && lo >= 0) || (a.w == NONE && lo < 0);

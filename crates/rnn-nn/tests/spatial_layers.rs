@@ -295,7 +295,23 @@ fn bad_configs_and_inputs_are_errors(device: Device) -> Result<()> {
     assert!(matches!(out_of_range, Err(Error::IndexOutOfRange { index: 4, size: 4, .. })), "{out_of_range:?}");
     let negative = looked_up(vec![-1]);
     assert!(matches!(negative, Err(Error::IndexOutOfRange { index: -1, .. })), "{negative:?}");
-    assert!(matches!(emb.forward(&x(&[2])?), Err(Error::UnsupportedDType { .. })));
+    // Float ids holding integers work; NaN, ±inf, fractions, negatives and ids out of range are
+    // errors naming the value and its position, never cast into some id (NaN into 0, 1.5 into 1).
+    let float_ids = |ids: Vec<f32>| -> Result<Tensor> {
+        let n = ids.len();
+        emb.forward(&Tensor::from_vec(ids, n, device)?)
+    };
+    assert_eq!(values(&float_ids(vec![3.0, 0.0])?), values(&looked_up(vec![3, 0])?));
+    let bad_ids = [(f32::NAN, "NaN"), (f32::INFINITY, "inf"), (1.5, "1.5"), (-1.0, "-1"), (4.0, "4")];
+    for (bad, shown) in bad_ids {
+        match float_ids(vec![0.0, 2.0, bad]) {
+            Err(e @ Error::InvalidArgument { op: "Embedding", .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains(&format!("id 2 is {shown};")) && msg.contains("0..4"), "{msg}");
+            }
+            other => panic!("id {bad}: {other:?}"),
+        }
+    }
     let bn = BatchNorm2d::new(3, &mut vb)?;
     assert!(is_invalid(bn.forward(&x(&[2, 4, 2, 2])?)), "channel mismatch");
     assert!(is_invalid(bn.forward(&x(&[2, 3, 2])?)), "rank");

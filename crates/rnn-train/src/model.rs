@@ -153,7 +153,8 @@ impl Module for LastStep {
     }
 }
 
-/// An embedding fed from the network's (float) input: values are token ids.
+/// An embedding fed from the network's (float) input: values are token ids, which
+/// `Network` has checked on the host (`check_token_ids`), so the cast needs no read-back.
 struct TokenEmbedding(Embedding);
 
 impl Module for TokenEmbedding {

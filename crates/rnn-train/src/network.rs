@@ -184,7 +184,8 @@ impl Network {
     /// output, 1 when above 0.5).
     pub fn predict_classes(&self, x: &impl IntoTensor) -> Result<Vec<u32>> {
         let out = self.predict(x)?;
-        crate::objective::classes(&out)?.to_vec::<u32>()
+        // Class ids fit u32 (the label dtype of the datasets).
+        crate::objective::classes(&out)?.to_dtype(DType::U32)?.to_vec::<u32>()
     }
 
     /// Forward pass of a batch that tracks gradients; skips the activation the loss absorbs.
@@ -225,23 +226,15 @@ impl Network {
         x.to_dtype(DType::F32)?.to_device(self.device)
     }
 
-    /// Token ids fed to a first embedding layer, checked on the host before they are moved
-    /// to the device (inputs already on a GPU are checked there, at the next sync point):
-    /// a bad id is reported here, before training, rather than by the device later.
+    /// Token ids fed to a first embedding layer, checked on the host once per call (inputs
+    /// on a GPU are read back for it), before training: the network's input is float, and
+    /// the embedding casts it to ids without looking again, so NaN or 1.5 must not get
+    /// that far (a cast would make them ids 0 and 1).
     fn check_token_ids(&self, x: &Tensor, op: &'static str) -> Result<()> {
         let Some(LayerKind::Embedding { vocab, .. }) = self.spec.layers.first().map(|l| &l.kind) else {
             return Ok(());
         };
-        if !x.device().is_cpu() {
-            return Ok(());
-        }
-        let values = x.to_f64_vec()?;
-        let bad = values.iter().enumerate().find(|(_, v)| !(v.fract() == 0.0 && **v >= 0.0 && **v < *vocab as f64));
-        if let Some((i, v)) = bad {
-            let msg = format!("input {i} is {v}; token ids of the embedding must be integers in 0..{vocab}");
-            return Err(Error::invalid(op, msg));
-        }
-        Ok(())
+        rnn_nn::check_ids(op, "input", x, *vocab)
     }
 
     fn check_loss_fits(&self) -> Result<()> {

@@ -63,13 +63,7 @@ impl Targets {
 
 /// Integer (or integral float) labels in `0..classes`, as u32.
 fn class_ids(y: &Tensor, classes: usize, op: &'static str) -> Result<Tensor> {
-    let values = y.to_f64_vec()?;
-    if let Some((i, v)) =
-        values.iter().enumerate().find(|(_, v)| !(v.fract() == 0.0 && **v >= 0.0 && **v < classes as f64))
-    {
-        let msg = format!("label {i} is {v}; class ids must be integers in 0..{classes}");
-        return Err(Error::invalid(op, msg));
-    }
+    rnn_nn::check_ids(op, "label", y, classes)?;
     y.to_dtype(DType::U32)
 }
 
@@ -100,7 +94,8 @@ pub(crate) fn correct(
     folded: bool,
 ) -> Result<Option<(Tensor, usize)>> {
     let hits = match (kind, targets) {
-        (LossFunction::CategoricalCrossEntropy, Targets::Ids(ids)) => out.argmax(-1)?.eq(ids)?,
+        // argmax gives i64 positions (as PyTorch's); the labels may be u32.
+        (LossFunction::CategoricalCrossEntropy, Targets::Ids(ids)) => out.argmax(-1)?.eq(&ids.to_dtype(DType::I64)?)?,
         (LossFunction::CategoricalCrossEntropy, Targets::Dense(p)) => out.argmax(-1)?.eq(&p.argmax(-1)?)?,
         (LossFunction::BinaryCrossEntropy, Targets::Dense(y)) => {
             let threshold = if folded { 0.0 } else { 0.5 };
@@ -112,10 +107,10 @@ pub(crate) fn correct(
 }
 
 /// Predicted classes from network outputs: argmax over the last dim, or `> 0.5` for a
-/// single output.
+/// single output; i64, as argmax gives.
 pub(crate) fn classes(out: &Tensor) -> Result<Tensor> {
     match out.dims().last() {
-        Some(1) => out.gt_scalar(0.5)?.to_dtype(DType::U32)?.flatten_all(),
+        Some(1) => out.gt_scalar(0.5)?.to_dtype(DType::I64)?.flatten_all(),
         _ => out.argmax(-1),
     }
 }

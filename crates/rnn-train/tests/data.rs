@@ -280,7 +280,7 @@ fn render_ascii_draws_one_line_per_row() -> Result<()> {
 /// Fraction of `data` that `predict` classifies correctly.
 fn accuracy(data: &Dataset, predict: impl Fn(&Tensor) -> Result<Tensor>) -> Result<f64> {
     let predicted = predict(&data.inputs)?.argmax(1)?;
-    let hits = predicted.eq(&data.labels)?.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?;
+    let hits = predicted.eq(&data.labels.to_dtype(DType::I64)?)?.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?;
     Ok(hits / data.len() as f64)
 }
 

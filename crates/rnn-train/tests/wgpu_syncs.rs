@@ -117,5 +117,12 @@ fn bad_ids_on_the_device_are_reported_at_the_next_sync() -> Result<()> {
     let y = Tensor::from_vec(vec![0u32, 1], 2, Device::Cpu)?;
     let err = net.train(&tokens, &y, &config(device, 1, false)).unwrap_err();
     assert!(err.to_string().contains("input 5 is 5") && err.to_string().contains("0..5"), "{err}");
+    // Token ids already on the device are read back and checked too: NaN or 1.5 would
+    // otherwise be cast to ids 0 and 1.
+    for (bad, shown) in [(f32::NAN, "NaN"), (1.5, "1.5")] {
+        let tokens = Tensor::from_vec(vec![0f32, 1.0, bad, 3.0, 4.0, 2.0], (2, 3), device)?;
+        let err = net.train(&tokens, &y, &config(device, 1, false)).unwrap_err();
+        assert!(err.to_string().contains(&format!("input 2 is {shown};")), "{err}");
+    }
     Ok(())
 }

@@ -48,11 +48,12 @@ impl<T: WithDType + Default> Reducer<T> for Sum {
     }
 }
 
-/// Exact sums of integers (in 128 bits), saturated to the dtype as the GPU kernels do.
+/// Exact sums of integers (in 128 bits), as i64 (PyTorch's dtype for them), saturated
+/// beyond its range as the GPU kernels do.
 struct IntSum;
 impl<T: IntElem> Reducer<T> for IntSum {
     type Acc = i128;
-    type Out = T;
+    type Out = i64;
     fn init(&self) -> i128 {
         0
     }
@@ -62,15 +63,14 @@ impl<T: IntElem> Reducer<T> for IntSum {
     fn merge(&self, a: i128, b: i128) -> i128 {
         a + b
     }
-    fn finish(&self, acc: i128) -> T {
-        T::saturated(acc)
+    fn finish(&self, acc: i128) -> i64 {
+        acc.clamp(i64::MIN.into(), i64::MAX.into()) as i64
     }
 }
 
 /// The integer dtypes, widened for exact sums.
 trait IntElem: WithDType + Default {
     fn wide(self) -> i128;
-    fn saturated(v: i128) -> Self;
 }
 
 macro_rules! int_elem {
@@ -78,9 +78,6 @@ macro_rules! int_elem {
         impl IntElem for $t {
             fn wide(self) -> i128 {
                 i128::from(self)
-            }
-            fn saturated(v: i128) -> Self {
-                v.clamp(<$t>::MIN.into(), <$t>::MAX.into()) as $t
             }
         }
     )*};
@@ -207,10 +204,10 @@ impl CpuStorage {
         let shape = (outer, r, inner);
         match (self, op) {
             (CpuStorage::U8(v), ReduceOp::Sum) => {
-                Ok(CpuStorage::U8(reduce3(&v[offset..offset + n], outer, r, inner, &IntSum)?))
+                Ok(CpuStorage::I64(reduce3(&v[offset..offset + n], outer, r, inner, &IntSum)?))
             }
             (CpuStorage::U32(v), ReduceOp::Sum) => {
-                Ok(CpuStorage::U32(reduce3(&v[offset..offset + n], outer, r, inner, &IntSum)?))
+                Ok(CpuStorage::I64(reduce3(&v[offset..offset + n], outer, r, inner, &IntSum)?))
             }
             (CpuStorage::I64(v), ReduceOp::Sum) => {
                 Ok(CpuStorage::I64(reduce3(&v[offset..offset + n], outer, r, inner, &IntSum)?))
@@ -226,7 +223,10 @@ fn reduce_typed<T: WithDType + Default + bytemuck::Zeroable>(
     op: ReduceOp,
 ) -> Result<CpuStorage> {
     let values = |v: Vec<(T, u32)>| T::into_storage(v.into_iter().map(|(x, _)| x).collect());
-    let indices = |v: Vec<(T, u32)>| CpuStorage::U32(v.into_iter().map(|(_, i)| i).collect());
+    // Positions are i64, as PyTorch's. An empty reduction (which `Tensor` refuses) has none:
+    // -1, as the GPU kernels give.
+    let position = |i: u32| if i == u32::MAX { -1 } else { i64::from(i) };
+    let indices = |v: Vec<(T, u32)>| CpuStorage::I64(v.into_iter().map(|(_, i)| position(i)).collect());
     Ok(match op {
         ReduceOp::Sum => T::into_storage(reduce3(x, outer, r, inner, &Sum)?),
         ReduceOp::Max => values(reduce3(x, outer, r, inner, &Extreme::<true, false>)?),

@@ -3,8 +3,9 @@
 //! element `j` of output `o` is at `kept(o) + reduced(j)`.
 //!
 //! Semantics follow `cpu/reduce.rs`: float sums accumulate in f64 for f32 and f64 on CUDA
-//! (as the CPU's) and in f32 for the half types and on wgpu, integer sums are exact and
-//! saturate to the dtype, max / min and their positions let NaN win and keep the first of
+//! (as the CPU's) and in f32 for the half types and on wgpu; integer sums are exact, i64,
+//! saturated to its range (i32's on wgpu, which stores i64 as i32); positions are i64 (see
+//! `ReduceOp::out_dtype`); max / min and their positions let NaN win and keep the first of
 //! equal elements, and an empty reduction gives the CPU's identity values.
 
 use super::elementwise::template;
@@ -111,7 +112,7 @@ fn cuda_reducer(op: ReduceOp, dtype: DType) -> String {
         },
         _ => {
             let greater = matches!(op, ReduceOp::Max | ReduceOp::ArgMax);
-            let out = if op.is_arg() { "u32" } else { t };
+            let out = cuda_type(op.out_dtype(dtype));
             let c = Target::cuda().compute_type(dtype);
             format!("Extreme<{t}, {c}, {out}, {greater}, {}>", op.is_arg())
         }
@@ -123,12 +124,13 @@ fn cuda_reducer(op: ReduceOp, dtype: DType) -> String {
 /// of max / min and the value of an empty max / min.
 fn wgsl_subs(op: ReduceOp, dtype: DType, t: &'static str, c: &'static str) -> Vec<(&'static str, String)> {
     let float = dtype.is_float();
-    let out_t = if op.is_arg() { "u32" } else { t };
+    // i64 results (integer sums, positions) are stored as i32 on wgpu.
+    let out_t = if op.out_dtype(dtype) == dtype { t } else { "i32" };
     let (kind, finish) = match op {
         ReduceOp::Sum if float => ("fsum", format!("{out_t}(a.v)")),
-        ReduceOp::Sum => ("isum", wgsl_int_sum_finish(dtype).to_string()),
+        ReduceOp::Sum => ("isum", "sat_signed(a)".to_string()),
         ReduceOp::Max | ReduceOp::Min => ("ext", format!("{out_t}(a.v)")),
-        ReduceOp::ArgMax | ReduceOp::ArgMin => ("ext", "a.w".to_string()),
+        ReduceOp::ArgMax | ReduceOp::ArgMin => ("ext", "i32(a.w)".to_string()),
     };
     let greater = matches!(op, ReduceOp::Max | ReduceOp::ArgMax);
     let worst = match (op, float) {
@@ -141,15 +143,6 @@ fn wgsl_subs(op: ReduceOp, dtype: DType, t: &'static str, c: &'static str) -> Ve
     let mut all: Vec<(&'static str, String)> = subs.iter().map(|(k, v)| (*k, v.to_string())).collect();
     all.extend([("finish", finish), ("worst", worst)]);
     all
-}
-
-/// The saturating conversion of an exact integer sum to `dtype`, as the CPU's cast.
-fn wgsl_int_sum_finish(dtype: DType) -> &'static str {
-    match dtype {
-        DType::U8 => "sat_unsigned(a, 255u)",
-        DType::U32 => "sat_unsigned(a, NONE)",
-        _ => "sat_signed(a)",
-    }
 }
 
 /// The largest (or smallest) stored value of an integer dtype (i64 is stored as i32).
@@ -207,12 +200,12 @@ fn grid(target: &Target, mode: Mode, units: usize) -> Grid {
 }
 
 /// Reduces input 0 (`dtype`, seen through `l`) over `dims` (sorted, unique): one element
-/// per kept position in row-major order (the caller reshapes); argmax / argmin give u32
+/// per kept position in row-major order (the caller reshapes); argmax / argmin give i64
 /// positions within the reduced dims.
 pub(crate) fn reduce(target: &Target, op: ReduceOp, dtype: DType, l: &Layout, dims: &[usize]) -> Result<Program> {
     let source = reduce_source(target, op, dtype)?;
     let (kept, reduced, outer, r) = split_layouts(l, dims);
-    let out_dtype = if op.is_arg() { DType::U32 } else { dtype };
+    let out_dtype = op.out_dtype(dtype);
     let mut p = Program::new(target, op.name(), out_dtype, outer);
     let (mode, parts) = split(target, outer, r, &kept, &reduced);
     let chunk = r.div_ceil(parts).max(1);

@@ -57,9 +57,9 @@ fn pool(
 }
 
 /// Max over each window; padded positions count as -inf. The gradient of a window goes to
-/// its max; when several of its elements tie for the max, each of them receives it (PyTorch
-/// gives it to one of them), and an element that is the max of several overlapping windows
-/// receives the sum of their gradients.
+/// its max; when several of its elements tie for the max, only the first of them in scan
+/// order (row by row) receives it, as in PyTorch, and an element that is the max of several
+/// overlapping windows receives the sum of their gradients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MaxPool2d {
     window: Window2d,
@@ -79,8 +79,16 @@ impl MaxPool2d {
 impl Module for MaxPool2d {
     /// `[N, C, H, W] -> [N, C, Ho, Wo]`.
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-        pool("MaxPool2d", xs, &self.window, f64::NEG_INFINITY, |windows| windows.max(2))
+        pool("MaxPool2d", xs, &self.window, f64::NEG_INFINITY, first_max)
     }
+}
+
+/// The max of each window (dim 2 of the unfolded input), read at the window's argmax: the
+/// backward of that gather routes the gradient to the one element the argmax names (the
+/// first max, or the first NaN), where the backward of `max` would give it to every tie.
+fn first_max(windows: &Tensor) -> Result<Tensor> {
+    let at = windows.argmax_keepdim(2)?;
+    windows.gather(&at, 2)?.squeeze(2)
 }
 
 /// Mean over each window. Padded positions count as zeros in the mean (PyTorch's default

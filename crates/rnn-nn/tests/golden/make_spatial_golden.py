@@ -15,7 +15,9 @@ stored values, runs it on the stored input and records:
   grads    d loss / d tensor for the input (unless integer ids) and every parameter
   buffers  for BatchNorm: the running statistics after the forward pass
 Inputs, parameters, buffers before the pass and `w` are multiples of 2^-10 (exact in decimal).
-Max-pool inputs are distinct values, so no window has a tie.
+Max-pool inputs are distinct values, so no window has a tie, except in the `ties` cases:
+small integers (many ties) or one value everywhere, where PyTorch routes each window's
+gradient to the first max in scan order.
 
 Case format:
   {"name": ..., "layer": {"kind": "conv2d" | "max_pool2d" | "avg_pool2d" | "batch_norm1d" |
@@ -96,10 +98,15 @@ def conv(name, n, cin, cout, hw, kernel, stride=(1, 1), padding=(0, 0), dilation
     run_case(name, layer, m, rand(n, cin, *hw), params)
 
 
-def pool(name, kind, shape, kernel, stride=None, padding=(0, 0), dilation=(1, 1)):
+def ties(*shape):
+    """Integers in 0..3: most windows hold several maxima."""
+    return torch.randint(0, 3, shape, generator=GEN).to(F64)
+
+
+def pool(name, kind, shape, kernel, stride=None, padding=(0, 0), dilation=(1, 1), values=distinct):
     if kind == "max_pool2d":
         m = torch.nn.MaxPool2d(kernel, stride, padding, dilation)
-        x = distinct(*shape)
+        x = values(*shape)
     else:
         m = torch.nn.AvgPool2d(kernel, stride, padding, count_include_pad=True)
         x = rand(*shape)
@@ -155,6 +162,13 @@ def main():
     layer_norm("layer_norm_last", (2, 3, 4), (4,))
     layer_norm("layer_norm_last2", (2, 3, 4), (3, 4), eps=1e-3)
     embedding("embedding", 7, 3, torch.tensor([[0, 3, 3], [6, 1, 3]], dtype=torch.int64))
+    # Ties (appended last, so the cases above keep their random draws).
+    pool("max_pool_ties_2", "max_pool2d", (2, 2, 6, 4), (2, 2), values=ties)
+    pool("max_pool_ties_overlap_3_s1", "max_pool2d", (1, 2, 6, 5), (3, 3), stride=(1, 1), values=ties)
+    pool("max_pool_ties_overlap_3_s2_p1", "max_pool2d", (2, 1, 7, 6), (3, 3), stride=(2, 2), padding=(1, 1),
+         values=ties)
+    pool("max_pool_all_equal_overlap", "max_pool2d", (1, 2, 5, 5), (2, 3), stride=(1, 2),
+         values=lambda *s: torch.full(s, 0.75, dtype=F64))
     doc = {"format": 1, "torch_version": torch.__version__, "python_version": platform.python_version(),
            "seed": SEED, "cases": CASES}
     with open(OUT, "w") as f:

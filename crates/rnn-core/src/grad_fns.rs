@@ -140,7 +140,13 @@ fn binary_grad<'a>(
         BinaryOp::Mul => (need_a.then(|| g.mul(b)), need_b.then(|| g.mul(a))),
         BinaryOp::Div => (need_a.then(|| g.div(b)), need_b.then(|| g.mul(a)?.div(&b.sqr()?)?.neg())),
         BinaryOp::Pow => {
-            (need_a.then(|| g.mul(b)?.mul(&a.pow(&b.add_scalar(-1.0)?)?)), need_b.then(|| g.mul(y)?.mul(&a.log()?)))
+            // As PyTorch: no gradient to `a` where b == 0 (a^-1 may be NaN or inf there), nor
+            // to `b` where a == 0 and b >= 0 (where 0 * log(0) would be NaN).
+            let zero = g.zeros_like()?;
+            let da = || b.eq_scalar(0.0)?.where_cond(&zero, &g.mul(b)?.mul(&a.pow(&b.add_scalar(-1.0)?)?)?);
+            let flat = || a.eq_scalar(0.0)?.mul(&b.ge_scalar(0.0)?);
+            let db = || flat()?.where_cond(&zero, &g.mul(y)?.mul(&a.log()?)?);
+            (need_a.then(da), need_b.then(db))
         }
         BinaryOp::Maximum | BinaryOp::Minimum => {
             // PyTorch's rule: an operand gets nothing where it loses the comparison, half at

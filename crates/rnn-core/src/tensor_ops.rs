@@ -200,7 +200,10 @@ impl Tensor {
     fn var_impl(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         let dims = dims.to_indexes(self.shape(), "var")?;
         let n: usize = dims.iter().map(|&d| self.dims()[d]).product();
-        let centered = self.sub(&self.mean_keepdim(dims.clone())?)?;
+        // The mean is detached: its gradient term, sum(x - mean) = 0, vanishes exactly, and
+        // PyTorch's formula 2 (x - mean) / (n - 1) leaves it out (with an infinite x the
+        // term would be NaN and spread over the whole slice).
+        let centered = self.sub(&self.mean_keepdim(dims.clone())?.detach())?;
         centered.sqr()?.reduce(dims, ReduceOp::Sum, keepdim)?.div_scalar(n as f64 - 1.0)
     }
 

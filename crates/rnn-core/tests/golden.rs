@@ -214,7 +214,11 @@ fn apply(op: &Value, xs: &[Tensor]) -> std::result::Result<Result<Tensor>, Strin
         "cmp" => {
             arity(name, xs, 2)?;
             let f = as_str(field(op, "fn")?)?;
-            let c = CmpOp::ALL.iter().copied().find(|o| o.name() == f).ok_or_else(|| format!("unknown comparison '{f}'"))?;
+            let c = CmpOp::ALL
+                .iter()
+                .copied()
+                .find(|o| o.name() == f)
+                .ok_or_else(|| format!("unknown comparison '{f}'"))?;
             xs[0].cmp(&xs[1], c)
         }
         "where_cond" => {

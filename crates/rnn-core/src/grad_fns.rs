@@ -90,7 +90,8 @@ pub(crate) fn unary_grad(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Res
         UnaryOp::Tanh => g.mul(&y.sqr()?.neg()?.add_scalar(1.0)?),
         UnaryOp::Erf => g.mul(&x.sqr()?.neg()?.exp()?.mul_scalar(FRAC_2_SQRT_PI)?),
         UnaryOp::Sigmoid => g.mul(&y.mul(&y.neg()?.add_scalar(1.0)?)?),
-        UnaryOp::Relu => g.mul(&x.step()?),
+        // PyTorch's threshold backward: zero where x <= 0, so a NaN input passes the gradient.
+        UnaryOp::Relu => x.le_scalar(0.0)?.where_cond(&g.zeros_like()?, g),
         UnaryOp::Gelu => {
             // y = 0.5 x (1 + tanh(u)), u = c (x + 0.044715 x^3), c = sqrt(2 / pi)
             let c = (2.0 / PI).sqrt();
@@ -139,12 +140,21 @@ fn binary_grad<'a>(
         BinaryOp::Mul => (need_a.then(|| g.mul(b)), need_b.then(|| g.mul(a))),
         BinaryOp::Div => (need_a.then(|| g.div(b)), need_b.then(|| g.mul(a)?.div(&b.sqr()?)?.neg())),
         BinaryOp::Pow => {
-            (need_a.then(|| g.mul(b)?.mul(&a.pow(&b.add_scalar(-1.0)?)?)), need_b.then(|| g.mul(y)?.mul(&a.log()?)))
+            // As PyTorch: no gradient to `a` where b == 0 (a^-1 may be NaN or inf there), nor
+            // to `b` where a == 0 and b >= 0 (where 0 * log(0) would be NaN).
+            let zero = g.zeros_like()?;
+            let da = || b.eq_scalar(0.0)?.where_cond(&zero, &g.mul(b)?.mul(&a.pow(&b.add_scalar(-1.0)?)?)?);
+            let flat = || a.eq_scalar(0.0)?.mul(&b.ge_scalar(0.0)?);
+            let db = || flat()?.where_cond(&zero, &g.mul(y)?.mul(&a.log()?)?);
+            (need_a.then(da), need_b.then(db))
         }
         BinaryOp::Maximum | BinaryOp::Minimum => {
-            let pick_a = if op == BinaryOp::Maximum { a.ge(b)? } else { a.le(b)? };
+            // PyTorch's rule: an operand gets nothing where it loses the comparison, half at
+            // a tie, all of `g` otherwise; with a NaN neither loses, so both get `g`.
+            let (a_loses, b_loses) = if op == BinaryOp::Maximum { (a.lt(b)?, a.gt(b)?) } else { (a.gt(b)?, a.lt(b)?) };
+            let shared = a.eq(b)?.where_cond(&g.mul_scalar(0.5)?, g)?;
             let zero = g.zeros_like()?;
-            (need_a.then(|| pick_a.where_cond(g, &zero)), need_b.then(|| pick_a.where_cond(&zero, g)))
+            (need_a.then(|| a_loses.where_cond(&zero, &shared)), need_b.then(|| b_loses.where_cond(&zero, &shared)))
         }
     };
     Ok(pair(a, ga.transpose()?, b, gb.transpose()?))
@@ -155,8 +165,11 @@ fn reduce_grad(op: ReduceOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tenso
     match op {
         ReduceOp::Sum => Ok(g),
         ReduceOp::Max | ReduceOp::Min => {
-            // The gradient goes to the elements equal to the extreme.
-            let hit = x.eq(&y.broadcast_as(x.shape())?)?;
+            // The gradient goes to the elements equal to the extreme; a NaN extreme is the
+            // NaN elements' (as torch.max's gradient: NaN == NaN is false).
+            let y = y.broadcast_as(x.shape())?;
+            let both_nan = x.ne(x)?.mul(&y.ne(&y)?)?;
+            let hit = x.eq(&y)?.add(&both_nan)?;
             hit.where_cond(&g, &g.zeros_like()?)
         }
         ReduceOp::ArgMax | ReduceOp::ArgMin => g.zeros_like(),

@@ -79,7 +79,8 @@ unary_table! {
     Tanh     "tanh"     |x| x.vtanh(),            cuda: "tanh(x)",          wgsl: "tanh(x)";
     Erf      "erf"      |x| x.erf(),              cuda: "erf(x)",           wgsl: "erf_approx(x)";
     Sigmoid  "sigmoid"  |x| sigmoid(x),           cuda: "(1 / (1 + exp(-x)))", wgsl: "(1.0 / (1.0 + exp(-x)))";
-    Relu     "relu"     |x| if x > F::c(0.0) { x } else { F::c(0.0) }, cuda: "(x > 0 ? x : 0)", wgsl: "max(x, 0.0)";
+    // `x <= 0` is false for NaN, which stays NaN as in PyTorch (a select, so loops vectorize).
+    Relu     "relu"     |x| if x <= F::c(0.0) { F::c(0.0) } else { x }, cuda: "(x <= 0 ? 0 : x)", wgsl: "select(x, 0.0, x <= 0.0 && !is_nan(x))";
     Gelu     "gelu"     |x| gelu_tanh(x),         cuda: "(C(0.5) * x * (1 + tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x))))", wgsl: "(0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))))";
     GeluErf  "gelu_erf" |x| F::c(0.5) * x * (F::c(1.0) + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).erf()), cuda: "(C(0.5) * x * (1 + erf(x * C(0.7071067811865476))))", wgsl: "(0.5 * x * (1.0 + erf_approx(x * 0.7071067811865476)))";
     Silu     "silu"     |x| x * sigmoid(x),       cuda: "(x / (1 + exp(-x)))", wgsl: "(x / (1.0 + exp(-x)))";
@@ -141,7 +142,7 @@ binary_table! {
     Sub     "sub"     |a, b| a.sub(b), cuda: "(a - b)",   wgsl: "(a - b)";
     Mul     "mul"     |a, b| a.mul(b), cuda: "(a * b)",   wgsl: "(a * b)";
     Div     "div"     |a, b| a.div(b), cuda: "(a / b)",   wgsl: "(a / b)";
-    Pow     "pow"     |a, b| a.pow(b), cuda: "pow(a, b)", wgsl: "pow(a, b)";
+    Pow     "pow"     |a, b| a.pow(b), cuda: "pow(a, b)", wgsl: "pow_ieee(a, b)";
     // NaN if either operand is NaN, as `torch.maximum` (fmax / max would drop it); a + b
     // is that NaN.
     Maximum "maximum" |a, b| a.maximum(b), cuda: "((a != a || b != b) ? a + b : fmax(a, b))", wgsl: "select(max(a, b), a + b, is_nan(a) || is_nan(b))";

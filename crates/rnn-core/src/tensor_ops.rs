@@ -120,12 +120,15 @@ impl Tensor {
         Ok(Tensor::from_parts(storage, Layout::contiguous(shape), Some(Op::WhereCond(c, t, f))))
     }
 
-    /// Limits every element to `[min, max]`.
+    /// Limits every element to `[min, max]`; NaN stays NaN. As in PyTorch, the gradient
+    /// passes where `min <= x <= max` (bounds included) and is zero elsewhere, NaN included.
     pub fn clamp(&self, min: f64, max: f64) -> Result<Tensor> {
-        if min > max {
-            return Err(Error::invalid("clamp", format!("min {min} is greater than max {max}")));
+        if min > max || min.is_nan() || max.is_nan() {
+            return Err(Error::invalid("clamp", format!("needs min <= max, got min {min} and max {max}")));
         }
-        self.maximum_scalar(min)?.minimum_scalar(max)
+        let inside = self.ge_scalar(min)?.mul(&self.le_scalar(max)?)?;
+        let clamped = self.detach().maximum_scalar(min)?.minimum_scalar(max)?;
+        inside.where_cond(self, &clamped)
     }
 
     /// `value` where `mask` is non-zero, `self` elsewhere.
@@ -217,7 +220,10 @@ impl Tensor {
         self.expect_float("var")?;
         let dims = dims.to_indexes(self.shape(), "var")?;
         let n: usize = dims.iter().map(|&d| self.dims()[d]).product();
-        let centered = self.sub(&self.mean_keepdim(dims.clone())?)?;
+        // The mean is detached: its gradient term, sum(x - mean) = 0, vanishes exactly, and
+        // PyTorch's formula 2 (x - mean) / (n - 1) leaves it out (with an infinite x the
+        // term would be NaN and spread over the whole slice).
+        let centered = self.sub(&self.mean_keepdim(dims.clone())?.detach())?;
         centered.sqr()?.reduce(dims, ReduceOp::Sum, keepdim)?.div_scalar(n as f64 - 1.0)
     }
 

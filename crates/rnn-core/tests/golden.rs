@@ -15,7 +15,7 @@
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use rnn_core::op_table::{BinaryOp, UnaryOp};
+use rnn_core::op_table::{BinaryOp, CmpOp, UnaryOp};
 use rnn_core::{AllDims, DType, Device, Result, Tensor};
 use rnn_testutil::{max_rel_err, supports, test_device, tol_on, tolerance, values};
 use serde_json::Value;
@@ -48,8 +48,9 @@ fn as_usize(v: &Value) -> std::result::Result<usize, String> {
 fn as_i64(v: &Value) -> std::result::Result<i64, String> {
     v.as_i64().ok_or_else(|| format!("expected an integer, got {v}"))
 }
+/// A number; NaN and infinities, which JSON lacks, are the strings "nan", "inf" and "-inf".
 fn as_f64(v: &Value) -> std::result::Result<f64, String> {
-    v.as_f64().ok_or_else(|| format!("expected a number, got {v}"))
+    rnn_testutil::golden::number(v)
 }
 fn as_array(v: &Value) -> std::result::Result<&Vec<Value>, String> {
     v.as_array().ok_or_else(|| format!("expected an array, got {v}"))
@@ -209,6 +210,16 @@ fn apply(op: &Value, xs: &[Tensor]) -> std::result::Result<Result<Tensor>, Strin
             let f = as_str(field(op, "fn")?)?;
             let b = binary_op(f).ok_or_else(|| format!("unknown binary op '{f}'"))?;
             xs[0].binary(&xs[1], b)
+        }
+        "cmp" => {
+            arity(name, xs, 2)?;
+            let f = as_str(field(op, "fn")?)?;
+            let c = CmpOp::ALL
+                .iter()
+                .copied()
+                .find(|o| o.name() == f)
+                .ok_or_else(|| format!("unknown comparison '{f}'"))?;
+            xs[0].cmp(&xs[1], c)
         }
         "where_cond" => {
             arity(name, xs, 3)?;

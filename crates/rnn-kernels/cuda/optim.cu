@@ -53,7 +53,8 @@ __device__ __forceinline__ C adam(C p, C g, C* s, const Hyper& k) {
     s[1] = s[1] * k.h[3] + g * g * k.h[4];
     C v = s[1];
     if (k.flags & HAS_S2) {
-        s[2] = fmax(s[2], s[1]);
+        // NaN-propagating, as torch.maximum (fmax drops a NaN).
+        s[2] = (s[2] != s[2] || s[1] != s[1]) ? s[2] + s[1] : fmax(s[2], s[1]);
         v = s[2];
     }
     return p - s[0] / (sqrt(v) / k.h[1] + k.h[5]) * k.h[0];

@@ -66,6 +66,34 @@ fn is_nan(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
 }
 
+// C's (and so PyTorch's) pow. WGSL's `pow` is undefined for negative bases and for a zero
+// base with a non-positive exponent, and computes exp2(b * log2(a)), which is NaN for
+// pow(1, inf); the special cases are spelled out, the rest is pow of |a| with a sign.
+fn pow_ieee(a: f32, b: f32) -> f32 {
+    if (b == 0.0 || a == 1.0) { return 1.0; }
+    if (is_nan(a) || is_nan(b)) { return a + b; }
+    let inf = bitcast<f32>(0x7f800000u);
+    let ax = abs(a);
+    let b_is_int = floor(b) == b;
+    // |b| >= 2^24 is an even integer in f32.
+    let b_is_odd = b_is_int && abs(b) < 16777216.0 && floor(b * 0.5) != b * 0.5;
+    var m: f32;
+    if (ax == 0.0) {
+        m = select(0.0, inf, b < 0.0);
+    } else if (ax == inf) {
+        m = select(0.0, inf, b > 0.0);
+    } else if (abs(b) == inf) {
+        m = select(select(0.0, inf, b > 0.0), select(inf, 0.0, b > 0.0), ax < 1.0);
+        m = select(m, 1.0, ax == 1.0);
+    } else {
+        m = pow(ax, b);
+    }
+    let negative = (bitcast<u32>(a) & 0x80000000u) != 0u;
+    // A finite negative base with a fractional exponent has no real power.
+    if (negative && a != 0.0 && ax != inf && !b_is_int) { return bitcast<f32>(0x7fc00000u); }
+    return select(m, -m, negative && b_is_odd);
+}
+
 // Float to integer conversions with Rust's `as` semantics: truncate, saturate, NaN -> 0.
 fn f_to_u32(x: f32) -> u32 {
     if (is_nan(x) || x <= 0.0) { return 0u; }

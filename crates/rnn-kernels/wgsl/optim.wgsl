@@ -67,7 +67,8 @@ fn adam(p0: f32, g0: f32, s: vec3<f32>) -> vec4<f32> {
     var vmax = s.z;
     var v_hat = v;
     if (has(HAS_S2)) {
-        vmax = max(vmax, v);
+        // NaN-propagating, as torch.maximum (WGSL's max may drop a NaN).
+        vmax = select(max(vmax, v), vmax + v, is_nan(vmax) || is_nan(v));
         v_hat = vmax;
     }
     return vec4<f32>(p - m / (sqrt(v_hat) / h(1u) + h(5u)) * h(0u), m, v, vmax);

@@ -39,9 +39,10 @@ impl Activation {
     }
 }
 
-/// max(x, 0) + slope * min(x, 0).
+/// `x` where `x > 0`, else `slope * x`; NaN stays NaN, and as in PyTorch the gradient is 1
+/// where `x > 0` and `slope` elsewhere (NaN and 0 included).
 pub fn leaky_relu(xs: &Tensor, slope: f64) -> Result<Tensor> {
-    xs.relu()?.add(&xs.minimum_scalar(0.0)?.mul_scalar(slope)?)
+    xs.gt_scalar(0.0)?.where_cond(xs, &xs.mul_scalar(slope)?)
 }
 
 impl Module for Activation {

@@ -167,11 +167,12 @@ pub fn huber_loss_with(prediction: &Tensor, target: &Tensor, delta: f64, reducti
     if !(delta > 0.0 && delta.is_finite()) {
         return Err(Error::invalid("huber_loss", format!("delta must be finite and > 0, got {delta}")));
     }
-    let diff = prediction.sub(target)?;
-    let abs = diff.abs()?;
-    let quadratic = diff.sqr()?.mul_scalar(0.5)?;
-    let linear = abs.sub_scalar(0.5 * delta)?.mul_scalar(delta)?;
-    let per_element = abs.lt_scalar(delta)?.where_cond(&quadratic, &linear)?;
+    // With c = min(|d|, delta): 0.5 c² + delta (|d| - c), both pieces in one formula. A
+    // select between the pieces would send 0 * d (NaN where d is infinite) back through the
+    // unselected quadratic; this way an infinite d has PyTorch's finite gradient, ±delta.
+    let abs = prediction.sub(target)?.abs()?;
+    let c = abs.minimum_scalar(delta)?;
+    let per_element = c.sqr()?.mul_scalar(0.5)?.add(&abs.sub(&c)?.mul_scalar(delta)?)?;
     reduction.apply(per_element, prediction.elem_count())
 }
 

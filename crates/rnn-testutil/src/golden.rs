@@ -16,10 +16,22 @@ pub fn get<'a>(v: &'a Value, key: &str) -> Check<&'a Value> {
     v.get(key).ok_or_else(|| format!("missing field '{key}'"))
 }
 
+/// A stored number. JSON has no NaN or infinities: fixtures write them as the strings
+/// `"nan"`, `"inf"` and `"-inf"`.
+pub fn number(v: &Value) -> Check<f64> {
+    match v {
+        Value::String(s) if s == "nan" => Ok(f64::NAN),
+        Value::String(s) if s == "inf" => Ok(f64::INFINITY),
+        Value::String(s) if s == "-inf" => Ok(f64::NEG_INFINITY),
+        _ => v.as_f64().ok_or_else(|| format!("expected a number, got {v}")),
+    }
+}
+
 /// A stored tensor's shape and flat values.
 pub fn stored(v: &Value) -> Check<(Vec<usize>, Vec<f64>)> {
     let shape: Vec<usize> = serde_json::from_value(get(v, "shape")?.clone()).map_err(|e| e.to_string())?;
-    let data: Vec<f64> = serde_json::from_value(get(v, "data")?.clone()).map_err(|e| e.to_string())?;
+    let data = get(v, "data")?.as_array().ok_or("'data' is not an array")?;
+    let data = data.iter().map(number).collect::<Check<Vec<f64>>>()?;
     if shape.iter().product::<usize>() != data.len() {
         return Err(format!("shape {shape:?} does not hold {} values", data.len()));
     }

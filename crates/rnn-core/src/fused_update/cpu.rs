@@ -95,7 +95,8 @@ fn adam<T: WithDType + Float>(
         }),
         Some(max_v) => in_place::<T, 3>(param, grad, [m, v, max_v], ADAPTIVE_WORK, move |p, g, [m, v, vmax]| {
             let p = moments(p, g, m, v);
-            *vmax = vmax.max(*v);
+            // NaN-propagating, as torch.maximum (f32::max would keep the old maximum).
+            *vmax = if Float::is_nan(*vmax) || *vmax >= *v { *vmax } else { *v };
             apply(p, *m, *vmax)
         }),
     }

@@ -161,7 +161,10 @@ pub(crate) fn binary(
 pub(crate) fn cmp_source(target: &Target, op: CmpOp, dtype: DType) -> Result<KernelSource> {
     let (t, c) = (target.elem_type(op.name(), dtype)?, target.compute_type(dtype));
     let tmpl = template(target, rnn_kernels::cuda::CMP, rnn_kernels::wgsl::CMP);
-    Ok(KernelSource::new(target, tmpl, &[("T", t), ("C", c), ("op", op.symbol())], target.needs_half(&[dtype])))
+    // Where an operand is NaN (WGSL's template spells IEEE's rule out): only != holds.
+    let nan = if op == CmpOp::Ne { "1u" } else { "0u" };
+    let subs = [("T", t), ("C", c), ("op", op.symbol()), ("nan", nan)];
+    Ok(KernelSource::new(target, tmpl, &subs, target.needs_half(&[dtype])))
 }
 
 /// A u8 mask of `a op b`.

@@ -263,9 +263,9 @@ fn wgsl_binary_store(op: BinaryOp, dtype: DType, t: &str) -> String {
             format!("select(a / select(b, {t}(1), b == {t}(0)), {t}(0), b == {t}(0){overflow})")
         }
         (_, BinaryOp::Pow) => match dtype {
-            DType::U8 => "f_to_u8(pow(f32(a), f32(b)))".into(),
-            DType::U32 => "f_to_u32(pow(f32(a), f32(b)))".into(),
-            _ => "f_to_i32(pow(f32(a), f32(b)))".into(),
+            DType::U8 => "f_to_u8(pow_ieee(f32(a), f32(b)))".into(),
+            DType::U32 => "f_to_u32(pow_ieee(f32(a), f32(b)))".into(),
+            _ => "f_to_i32(pow_ieee(f32(a), f32(b)))".into(),
         },
         (_, BinaryOp::Maximum) => "select(b, a, a > b)".into(),
         (_, BinaryOp::Minimum) => "select(b, a, a < b)".into(),

@@ -20,6 +20,7 @@ Case format (see README.md):
 """
 
 import json
+import math
 import os
 import sys
 
@@ -70,8 +71,18 @@ def rand_ids(shape, n):
     return torch.randint(0, n, shape, generator=GEN)
 
 
+def number(x):
+    """A float for JSON, which has no NaN or infinities: those are the strings "nan", "inf"
+    and "-inf"."""
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
 def flat_float(t):
-    return [float(x) for x in t.detach().contiguous().flatten().tolist()]
+    return [number(float(x)) for x in t.detach().contiguous().flatten().tolist()]
 
 
 def enc_tensor(t):
@@ -355,6 +366,74 @@ case("permute_transposed", {"op": "permute", "perm": [1, 2, 0]}, [f(rand((4, 3, 
 case("transpose_2d", {"op": "transpose", "d0": 0, "d1": 1}, [f(rand((3, 4)))], lambda x: x.transpose(0, 1))
 case("reshape_transposed", {"op": "reshape", "shape": [2, 6]}, [f(rand((4, 3)), transpose=[0, 1])],
      lambda x: x.reshape(2, 6))
+
+# ---------------------------------------------------------------- NaN and infinities
+# PyTorch's semantics with non-finite inputs: NaN propagates through every op (relu, max,
+# maximum, clamp, softmax ...), comparisons with NaN are false (but !=), argmax / argmin
+# point at the first NaN. Gradients are checked where torch defines them.
+NAN, INF = float("nan"), float("inf")
+
+
+def special(*rows):
+    return torch.tensor(rows, dtype=F64)
+
+
+UNARY_SPECIAL = special([NAN, INF, -INF, 0.0], [0.5, -1.25, 3.0, -3.0])
+for name, (fn, _) in UNARY.items():
+    case(f"nonfinite_unary_{name}", {"op": "unary", "fn": name}, [f(UNARY_SPECIAL)], fn)
+
+# Pairs: NaN on either side and both, infinities of both signs, 0 / 0, x / 0, and pow's
+# special cases (pow(NaN, 0) = pow(1, NaN) = 1, negative bases with integer exponents).
+BIN_A = special([NAN, 1.0, NAN, INF, INF, -INF, 0.0, 1.0, -1.0, INF, 2.0, 0.5])
+BIN_B = special([1.0, NAN, NAN, INF, -INF, -INF, 0.0, 0.0, 0.0, 2.0, INF, -INF])
+POW_A = special([NAN, 1.0, INF, 0.0, -2.0, -2.0, 0.5, 2.0, -INF, -INF, 0.0, INF])
+POW_B = special([0.0, NAN, 0.0, -1.0, 2.0, 0.5, INF, -INF, 3.0, 2.0, 2.0, -0.5])
+for name, (fn, _, _) in BINARY.items():
+    a, b = (POW_A, POW_B) if name == "pow" else (BIN_A, BIN_B)
+    case(f"nonfinite_binary_{name}", {"op": "binary", "fn": name}, [f(a), f(b)], fn)
+for name in ("eq", "ne", "lt", "le", "gt", "ge"):
+    case(f"nonfinite_cmp_{name}", {"op": "cmp", "fn": name}, [f(BIN_A), f(BIN_B)],
+         lambda a, b, name=name: getattr(torch, name)(a, b).to(torch.uint8), forward_only=True)
+
+case("nonfinite_clamp", {"op": "clamp", "min": -0.5, "max": 0.75}, [f(UNARY_SPECIAL)],
+     lambda x: torch.clamp(x, -0.5, 0.75))
+case("nonfinite_where_cond", {"op": "where_cond"},
+     [ids(torch.tensor([[1, 0, 1, 0], [0, 1, 0, 1]], dtype=torch.uint8), "u8"), f(UNARY_SPECIAL),
+      f(UNARY_SPECIAL.flip(1))], lambda c, t, e: torch.where(c.bool(), t, e))
+
+# Rows: one NaN; +inf and -inf (their sum is NaN); +inf alone; finite (no ties anywhere but
+# between the two NaNs of the argmax case).
+RED_SPECIAL = special([1.0, NAN, -0.5, 2.0], [INF, -INF, 0.25, 1.5], [-1.0, INF, 0.75, -2.0])
+for name in ("sum", "mean", "var"):
+    fn = RED[name]
+    case(f"nonfinite_reduce_{name}_1", {"op": name, "dims": [1], "keepdim": False}, [f(RED_SPECIAL)],
+         lambda x, fn=fn: fn(x, [1], False))
+    case(f"nonfinite_reduce_{name}_0", {"op": name, "dims": [0], "keepdim": True}, [f(RED_SPECIAL)],
+         lambda x, fn=fn: fn(x, [0], True))
+# max / min: torch.max(x, dim) and torch.max(x), whose gradient goes to the NaN (amax's
+# gradient is NaN over the whole slice instead; ours is max's).
+for name, fn in (("max", torch.max), ("min", torch.min)):
+    case(f"nonfinite_reduce_{name}_1", {"op": name, "dims": [1], "keepdim": False}, [f(RED_SPECIAL)],
+         lambda x, fn=fn: fn(x, 1).values)
+    case(f"nonfinite_reduce_{name}_0", {"op": name, "dims": [0], "keepdim": True}, [f(RED_SPECIAL)],
+         lambda x, fn=fn: fn(x, 0, keepdim=True).values)
+    case(f"nonfinite_reduce_{name}_all", {"op": name + "_all"}, [f(RED_SPECIAL)], lambda x, fn=fn: fn(x))
+ARG_SPECIAL = special([1.0, NAN, -0.5, NAN], [INF, -INF, 0.25, 1.5], [-1.0, 2.0, 0.75, -INF])
+for name, fn in (("argmax", torch.argmax), ("argmin", torch.argmin)):
+    for dim in (0, 1):
+        case(f"nonfinite_{name}_{dim}", {"op": name, "dim": dim, "keepdim": False}, [f(ARG_SPECIAL)],
+             lambda x, dim=dim, fn=fn: fn(x, dim), forward_only=True)
+
+# Rows: a NaN; +inf; -inf (probability 0); all -inf (NaN); two +inf.
+SOFTMAX_SPECIAL = special([NAN, 1.0, 2.0, -0.5], [INF, 1.0, 2.0, -0.5], [-INF, 1.0, 2.0, -0.5],
+                          [-INF, -INF, -INF, -INF], [INF, INF, 1.0, -0.5], [0.5, -1.0, 2.0, 0.25])
+for name, fn in (("softmax", torch.softmax), ("log_softmax", torch.log_softmax)):
+    case(f"nonfinite_{name}", {"op": name, "dim": -1}, [f(SOFTMAX_SPECIAL)], lambda x, fn=fn: fn(x, -1))
+
+# A NaN and an infinity times zero (NaN) in products.
+MM_A = special([1.0, NAN, 0.5], [INF, 0.0, 1.0], [0.25, -1.0, 2.0])
+MM_B = special([0.0, 1.0], [1.0, 0.5], [-1.0, 2.0])
+case("nonfinite_matmul", {"op": "matmul"}, [f(MM_A), f(MM_B)], torch.matmul)
 
 doc = {
     "format": 1,

@@ -21,6 +21,7 @@ Tensors are {"shape": [...], "data": [...flat row-major...]}, with "dtype" where
 """
 
 import json
+import math
 import os
 import sys
 
@@ -45,10 +46,19 @@ def rand(shape, lo=-1.0, hi=1.0):
     return grid(lo + (hi - lo) * torch.rand(shape, generator=GEN, dtype=F64))
 
 
+def number(x):
+    """A float for JSON, which has no NaN or infinities: "nan", "inf" and "-inf"."""
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
 def enc(t, dtype=None):
     t = t.detach().contiguous()
     if dtype is None:
-        return {"shape": list(t.shape), "data": [float(x) for x in t.flatten().tolist()]}
+        return {"shape": list(t.shape), "data": [number(float(x)) for x in t.flatten().tolist()]}
     return {"dtype": dtype, "shape": list(t.shape), "data": [int(x) for x in t.flatten().tolist()]}
 
 
@@ -244,6 +254,32 @@ loss_case("mse", "mse", F.mse_loss, rand((3, 4)), rand((3, 4)), mean)
 loss_case("mse_sum", "mse", lambda p, t: F.mse_loss(p, t, reduction="sum"), rand((5,)), rand((5,)),
           {"reduction": "sum"})
 loss_case("l1", "l1", F.l1_loss, target + spread(8, -2.0, 2.0, [0.0]), target, mean)
+
+# NaN and infinities propagate as in PyTorch, element by element (reduction "none") and
+# through the mean. BCE on probabilities is left out: PyTorch rejects a NaN probability, as
+# ours does.
+NAN, INF = float("nan"), float("inf")
+none = {"reduction": "none"}
+pred_special = torch.tensor([NAN, INF, -INF, 0.5, 1.0, -1.0, 0.25], dtype=F64)
+target_special = torch.tensor([0.5, 0.0, 0.0, NAN, INF, 0.5, -INF], dtype=F64)
+for name, fn in (("mse", F.mse_loss), ("l1", F.l1_loss), ("huber", F.huber_loss)):
+    opts = {"reduction": "none", "delta": 1.0} if name == "huber" else none
+    loss_case(f"{name}_nonfinite", name, lambda p, t, fn=fn: fn(p, t, reduction="none"), pred_special,
+              target_special, opts)
+loss_case("mse_nonfinite_mean", "mse", F.mse_loss, pred_special, target_special.nan_to_num(0.0, 1.0, -1.0), mean)
+loss_case("bce_with_logits_nonfinite", "bce_with_logits",
+          lambda p, t: F.binary_cross_entropy_with_logits(p, t, reduction="none"), pred_special,
+          torch.tensor([1.0, 1.0, 0.0, 0.5, 0.0, 1.0, 0.25], dtype=F64), none)
+# Rows: a NaN logit; +inf on the target (inf - inf: NaN); +inf on another class; -inf on
+# another class (probability 0, finite loss); finite.
+ce_special = torch.tensor([[NAN, 1.0, 0.5], [INF, 1.0, 0.5], [0.5, INF, 1.0], [1.0, -INF, 0.5],
+                           [0.25, -0.5, 1.0]], dtype=F64)
+ce_ids = torch.tensor([1, 0, 0, 2, 1])
+for smoothing in (0.0, 0.1):
+    fn, opts = ce(smoothing, "none")
+    loss_case(f"ce_nonfinite_{smoothing}", "cross_entropy", fn, ce_special, ce_ids, opts, "i64")
+loss_case("nll_nonfinite", "nll", lambda p, t: F.nll_loss(p, t, reduction="none"), ce_special, ce_ids,
+          {"reduction": "none", "ignore_index": None}, "i64")
 
 # ---------------------------------------------------------------- output
 

@@ -28,6 +28,7 @@ with T = {"shape": [...], "data": [...]} (flat, row-major). Absent tensors are o
 """
 
 import json
+import math
 import os
 import platform
 
@@ -58,9 +59,18 @@ def distinct(*shape):
     return ((perm - n // 2) * (STEP * 8)).reshape(shape)
 
 
+def number(x):
+    """A float for JSON, which has no NaN or infinities: "nan", "inf" and "-inf"."""
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
 def enc(t):
     t = t.detach()
-    return {"shape": list(t.shape), "data": [float(v) if t.is_floating_point() else int(v) for v in t.flatten()]}
+    return {"shape": list(t.shape), "data": [number(float(v)) if t.is_floating_point() else int(v) for v in t.flatten()]}
 
 
 CASES = []
@@ -103,13 +113,17 @@ def ties(*shape):
     return torch.randint(0, 3, shape, generator=GEN).to(F64)
 
 
-def pool(name, kind, shape, kernel, stride=None, padding=(0, 0), dilation=(1, 1), values=distinct):
+def pool(name, kind, shape, kernel, stride=None, padding=(0, 0), dilation=(1, 1), values=distinct, special=None):
+    """`values`: how max-pool inputs are drawn; `special`: (index, value) pairs written into the
+    input (NaN, infinities)."""
     if kind == "max_pool2d":
         m = torch.nn.MaxPool2d(kernel, stride, padding, dilation)
         x = values(*shape)
     else:
         m = torch.nn.AvgPool2d(kernel, stride, padding, count_include_pad=True)
         x = rand(*shape)
+    for index, value in special or ():
+        x[index] = value
     layer = {"kind": kind, "kernel": list(kernel), "stride": list(stride) if stride else None,
              "padding": list(padding), "dilation": list(dilation)}
     run_case(name, layer, m, x, {})
@@ -128,11 +142,14 @@ def batch_norm(name, kind, shape, training, momentum=0.1, eps=1e-5):
     run_case(name, layer, m, rand(*shape), params, buffers=("running_mean", "running_var"))
 
 
-def layer_norm(name, shape, normalized_shape, eps=1e-5):
+def layer_norm(name, shape, normalized_shape, eps=1e-5, special=None):
     m = torch.nn.LayerNorm(normalized_shape, eps=eps, dtype=F64)
     layer = {"kind": "layer_norm", "normalized_shape": list(normalized_shape), "eps": eps}
     params = {"weight": rand(*normalized_shape, lo=0.5, hi=1.5), "bias": rand(*normalized_shape)}
-    run_case(name, layer, m, rand(*shape), params)
+    x = rand(*shape)
+    for index, value in special or ():
+        x[index] = value
+    run_case(name, layer, m, x, params)
 
 
 def embedding(name, num, dim, ids):
@@ -169,6 +186,17 @@ def main():
          values=ties)
     pool("max_pool_all_equal_overlap", "max_pool2d", (1, 2, 5, 5), (2, 3), stride=(1, 2),
          values=lambda *s: torch.full(s, 0.75, dtype=F64))
+    # NaN and infinities: a window with a NaN gives NaN and routes its gradient to the NaN, +inf
+    # wins its window, -inf loses; an average with inf is inf, with inf and -inf NaN. A NaN or
+    # inf in a normalized row makes that row NaN, and only that row.
+    nan, inf = float("nan"), float("inf")
+    special = [((0, 0, 0, 1), nan), ((0, 0, 3, 3), inf), ((0, 1, 2, 2), -inf), ((0, 1, 4, 4), nan)]
+    pool("max_pool_nonfinite", "max_pool2d", (1, 2, 6, 5), (2, 2), special=special)
+    pool("max_pool_nonfinite_p1", "max_pool2d", (1, 2, 6, 5), (3, 3), stride=(2, 2), padding=(1, 1),
+         special=special)
+    pool("avg_pool_nonfinite", "avg_pool2d", (1, 2, 6, 5), (2, 2),
+         special=special + [((0, 0, 3, 2), -inf), ((0, 1, 0, 0), inf)])
+    layer_norm("layer_norm_nonfinite", (3, 4), (4,), special=[((0, 1), nan), ((2, 3), inf)])
     doc = {"format": 1, "torch_version": torch.__version__, "python_version": platform.python_version(),
            "seed": SEED, "cases": CASES}
     with open(OUT, "w") as f:

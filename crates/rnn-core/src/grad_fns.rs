@@ -165,12 +165,15 @@ fn reduce_grad(op: ReduceOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tenso
     match op {
         ReduceOp::Sum => Ok(g),
         ReduceOp::Max | ReduceOp::Min => {
-            // The gradient goes to the elements equal to the extreme; a NaN extreme is the
-            // NaN elements' (as torch.max's gradient: NaN == NaN is false).
-            let y = y.broadcast_as(x.shape())?;
-            let both_nan = x.ne(x)?.mul(&y.ne(&y)?)?;
-            let hit = x.eq(&y)?.add(&both_nan)?;
-            hit.where_cond(&g, &g.zeros_like()?)
+            // As torch.max(x)'s gradient: shared evenly by the elements equal to the extreme
+            // (ties split it, they do not each get all of it); a NaN extreme is the NaN
+            // elements' (NaN == NaN is false). Every slice has at least one such element.
+            let yb = y.broadcast_as(x.shape())?;
+            let both_nan = x.ne(x)?.mul(&yb.ne(&yb)?)?;
+            let hit = x.eq(&yb)?.add(&both_nan)?.to_dtype(g.dtype())?;
+            let reduced: Vec<usize> = (0..x.rank()).filter(|&d| y.dims()[d] == 1 && x.dims()[d] != 1).collect();
+            let count = if reduced.is_empty() { hit.clone() } else { hit.sum_keepdim(reduced)? };
+            hit.mul(&g.div(&count)?)
         }
         ReduceOp::ArgMax | ReduceOp::ArgMin => g.zeros_like(),
     }

@@ -435,6 +435,19 @@ MM_A = special([1.0, NAN, 0.5], [INF, 0.0, 1.0], [0.25, -1.0, 2.0])
 MM_B = special([0.0, 1.0], [1.0, 0.5], [-1.0, 2.0])
 case("nonfinite_matmul", {"op": "matmul"}, [f(MM_A), f(MM_B)], torch.matmul)
 
+# Ties: the gradient of a max / min is shared evenly by the tied elements (amax / amin over
+# dims, torch.max(x) over all), not given whole to each.
+TIES = torch.tensor([[[3.0, 1.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0], [0.0, 1.0, 1.0, 0.0]],
+                     [[1.0, 3.0, 0.0, 3.0], [0.0, 0.0, 1.0, 1.0], [2.0, 2.0, 1.0, 0.0]]], dtype=torch.float64)
+for name in ("max", "min"):
+    fn = RED[name]
+    for dims, keep in (([2], False), ([0, 2], True)):
+        tag = "_".join(map(str, dims)) + ("_keep" if keep else "")
+        case(f"ties_reduce_{name}_{tag}", {"op": name, "dims": dims, "keepdim": keep}, [f(TIES)],
+             lambda x, dims=dims, keep=keep, fn=fn: fn(x, dims, keep))
+    case(f"ties_reduce_{name}_all", {"op": name + "_all"}, [f(TIES)],
+         lambda x, name=name: getattr(torch, name)(x))
+
 doc = {
     "format": 1,
     "generator": "crates/rnn-core/tests/golden/make_golden.py",

@@ -71,7 +71,7 @@ fn wgpu_tensors_kernels_and_profiler() -> rnn::Result<()> {
     assert!(close(&ga.to_cpu(context)?, &a.clone().into_dyn()));
     let at = a.t().to_owned();
     let gt = GpuTensor::from_cpu(&a.t(), gpu.id, &context)?;
-    assert!(close(&gt.to_cpu(&context)?, &at.clone().into_dyn()), "a transposed view keeps its logical order");
+    assert!(close(&gt.to_cpu(context)?, &at.clone().into_dyn()), "a transposed view keeps its logical order");
     let doubled = GpuTensor::from_tensor(ga.tensor().mul_scalar(2.0)?)?;
     assert!(close(&doubled.to_cpu(context)?, &a.mapv(|x| 2.0 * x).into_dyn()));
     let err = GpuTensor::from_cpu(&a, gpu.id + 1, context);

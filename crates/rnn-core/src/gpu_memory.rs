@@ -17,6 +17,9 @@ pub struct MemoryStats {
     pub allocations: u64,
     /// Requests served from the cache.
     pub cache_hits: u64,
+    /// Bytes of memory the device has in all, where its backend reports it (CUDA); 0 where it
+    /// does not (wgpu exposes no memory size).
+    pub total: u64,
 }
 
 fn no_allocator(device: Device) -> Error {

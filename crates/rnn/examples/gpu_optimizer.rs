@@ -67,6 +67,6 @@ fn max_difference_from_cpu_adam(params: &GpuTensor, gradient_data: &[f32]) -> Gp
     for _ in 0..STEPS {
         adam.step(&grads)?;
     }
-    let (ours, want) = (params.to_cpu()?, reference.to_ndarray::<f32>()?);
+    let (ours, want) = (params.to_array()?, reference.to_ndarray::<f32>()?);
     Ok(ours.iter().zip(want.iter()).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max))
 }

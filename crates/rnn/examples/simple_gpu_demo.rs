@@ -56,24 +56,28 @@ fn main() -> Result<()> {
     };
     let device = context.as_ref().map_or(Device::Cpu, GpuContext::device);
     let mut profiler = GpuProfiler::new(device);
+    let gpu_id = context.as_ref().map_or(0, GpuContext::id);
 
     // GPU memory allocation and transfers
     let a = Array2::<f32>::from_shape_fn((256, 512), |(i, j)| ((i * 7 + j * 3) % 17) as f32 / 17.0 - 0.5);
     let b = Array2::<f32>::from_shape_fn((512, 128), |(i, j)| ((i * 5 + j * 11) % 13) as f32 / 13.0 - 0.4);
     profiler.start("upload")?;
     let (ta, tb) = match &context {
-        Some(ctx) => (GpuTensor::from_cpu(&a, ctx)?.into_tensor(), GpuTensor::from_cpu(&b, ctx)?.into_tensor()),
+        Some(ctx) => (
+            GpuTensor::from_cpu(&a, ctx.id(), ctx)?.into_tensor(),
+            GpuTensor::from_cpu(&b, ctx.id(), ctx)?.into_tensor(),
+        ),
         None => (Tensor::from_ndarray(&a, Device::Cpu)?, Tensor::from_ndarray(&b, Device::Cpu)?),
     };
-    profiler.end("upload")?;
+    profiler.end("upload", 4 * (a.len() + b.len()) as u64, gpu_id)?;
 
     // Tensor ops on the device
     profiler.start("matmul_relu")?;
     let c = ta.matmul(&tb)?.relu()?;
-    profiler.end("matmul_relu")?;
+    profiler.end("matmul_relu", 4 * 256 * 128, gpu_id)?;
     profiler.start("download")?;
     let got = c.to_ndarray::<f32>()?;
-    profiler.end("download")?;
+    profiler.end("download", 4 * 256 * 128, gpu_id)?;
     let expected = a.dot(&b).mapv(|x| x.max(0.0)).into_dyn();
     let err = max_abs_diff(got.iter(), expected.iter());
     println!("matmul + relu on {device}: 256x512 * 512x128, max |difference| from the CPU {err:.2e}");
@@ -89,16 +93,16 @@ fn main() -> Result<()> {
         println!("Compiled {backend} kernel '{}' for {}", kernel.name(), kernel.device());
         let n = 10_000;
         let x = Array1::<f32>::linspace(-2.0, 2.0, n);
-        let input = GpuTensor::from_cpu(&x, ctx)?;
+        let input = GpuTensor::from_cpu(&x, ctx.id(), ctx)?;
         let output = GpuTensor::zeros(&[n], ctx)?;
         let args = [KernelArg::input(&input), KernelArg::output(&output), KernelArg::U32(n as u32)];
         profiler.start("custom_activation")?;
         kernels.execute(&kernel, &args, LaunchConfig::linear(n, 256))?;
-        profiler.end("custom_activation")?;
-        let y = output.to_cpu()?;
+        profiler.end("custom_activation", 8 * n as u64, gpu_id)?;
+        let y = output.to_cpu(ctx)?;
         let err = max_abs_diff(y.iter(), x.mapv(|v| v * v + 1.0).iter());
         println!("custom kernel x^2 + 1 on {n} elements: max |difference| from the CPU {err:.2e}");
-        let stats = ctx.memory_stats()?;
+        let stats = ctx.try_memory_stats()?;
         println!(
             "GPU memory: {:.1} KiB allocated, {:.1} KiB reserved, peak {:.1} KiB, {} buffers created, {} cache hits",
             stats.allocated as f64 / 1024.0,

@@ -15,6 +15,18 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "opencl")]
+compile_error!(
+    "rnn has no OpenCL backend: remove the `opencl` feature. AMD, Intel and NVIDIA GPUs run \
+     through the `wgpu` feature (Vulkan, Metal, DX12; on by default, also named `gpu`), \
+     NVIDIA GPUs also through `cuda`."
+);
+#[cfg(feature = "rocm")]
+compile_error!(
+    "rnn has no ROCm backend: remove the `rocm` feature. AMD GPUs run through the `wgpu` \
+     feature (Vulkan; on by default, also named `gpu`)."
+);
+
 pub mod gpu;
 
 pub use ndarray;
@@ -28,6 +40,6 @@ pub use rnn_train::{
 };
 
 pub use gpu::{
-    DeviceManager, GpuContext, GpuDevice, GpuDeviceType, GpuManager, GpuOptimizer, GpuProfiler, GpuTensor,
-    KernelManager, MemoryStats,
+    CudaKernels, DeviceManager, DistributedTraining, GpuContext, GpuDevice, GpuDeviceType, GpuKernel, GpuManager,
+    GpuOptimizer, GpuProfiler, GpuTensor, KernelManager, MemoryLayout, MemoryStats,
 };

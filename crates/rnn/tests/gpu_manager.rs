@@ -27,13 +27,18 @@ fn software_adapters_are_listed_only_when_asked_for() -> rnn::Result<()> {
     let manager = GpuManager::new();
     let gpu = manager.devices().iter().find(|g| g.device == Device::Wgpu(software.ordinal));
     let gpu = gpu.expect("the requested software adapter is listed");
-    assert_eq!(gpu.device_type, GpuDeviceType::Wgpu);
+    assert_eq!(gpu.device_type, GpuDeviceType::from_wgpu_backend(&software.backend));
+    assert_eq!(GpuDeviceType::of(gpu.device), gpu.device_type);
+    if software.backend == "Vulkan" {
+        assert_eq!(gpu.device_type, GpuDeviceType::Vulkan);
+    }
     assert_eq!((gpu.name.as_str(), gpu.backend.as_str()), (software.name.as_str(), software.backend.as_str()));
     assert_eq!(Device::best()?, Device::Wgpu(software.ordinal));
     let ctx = manager.create_context(gpu.id)?;
     let x = rnn::Tensor::ones(256, rnn::DType::F32, ctx.device())?;
-    let stats = ctx.memory_stats()?;
+    let stats = ctx.memory_stats();
     assert!(stats.allocated >= 1024, "{stats:?}");
+    assert_eq!(stats.total, 0, "wgpu reports no memory size");
     drop(x);
     ctx.synchronize()?;
     std::env::remove_var("RNN_GPU_DEVICE");

@@ -85,7 +85,7 @@ fn seed_usage(device: Device) -> Result<()> {
     store.insert(&reference, Tensor::from_slice(&data, (64, 8), Device::Cpu)?);
     (0..3).try_for_each(|_| adam.step(&store))?;
     assert_close_on("seed usage", params.tensor(), &reference, 1e-5);
-    assert_eq!(params.to_cpu()?.shape(), &[64, 8]);
+    assert_eq!(params.to_array()?.shape(), &[64, 8]);
     optimizer.clear_cache()?;
     optimizer.synchronize()
 }

@@ -48,9 +48,10 @@ pub fn device_info(ordinal: usize) -> crate::Result<CudaDeviceInfo> {
     })
 }
 
-/// The caching allocator's statistics of `cuda:ordinal`.
+/// The caching allocator's statistics of `cuda:ordinal`, with the device's total memory.
 pub fn memory_stats(ordinal: usize) -> crate::Result<crate::gpu_memory::MemoryStats> {
-    Ok(context::device(ordinal)?.pool.stats())
+    let device = context::device(ordinal)?;
+    Ok(crate::gpu_memory::MemoryStats { total: device.total_memory, ..device.pool.stats() })
 }
 
 /// Frees the buffers `cuda:ordinal` keeps for reuse.

@@ -54,11 +54,11 @@
 //! };
 //! let mut kernels = KernelManager::for_context(&context);
 //! let kernel = kernels.compile_kernel("square_plus_one", source, backend)?;
-//! let x = GpuTensor::from_cpu(&Array1::<f32>::linspace(0.0, 1.0, 1000), &context)?;
+//! let x = GpuTensor::from_cpu(&Array1::<f32>::linspace(0.0, 1.0, 1000), gpu.id, context)?;
 //! let y = GpuTensor::zeros(&[1000], &context)?;
 //! let args = [KernelArg::input(&x), KernelArg::output(&y), KernelArg::U32(1000)];
 //! kernels.execute(&kernel, &args, LaunchConfig::linear(1000, 256))?;
-//! assert_eq!(y.to_cpu()?[[999]], 2.0);
+//! assert_eq!(y.to_cpu(context)?[[999]], 2.0);
 //! # Ok(()) }
 //! ```
 
@@ -114,7 +114,7 @@ impl std::fmt::Display for KernelBackend {
 }
 
 /// A kernel compiled for one device, to pass to [`KernelManager::execute`].
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CompiledKernel {
     name: String,
     backend: KernelBackend,

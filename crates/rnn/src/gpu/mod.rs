@@ -1,6 +1,8 @@
 //! The GPU API: discovering the GPUs this build can use, opening a context on one, moving
-//! arrays to and from it ([`GpuTensor`]), timing regions ([`GpuProfiler`]) and running your
-//! own CUDA C or WGSL kernels on tensors ([`KernelManager`]), and updating parameter
+//! arrays to and from it ([`GpuTensor`]), timing regions ([`GpuProfiler`]), running the
+//! built-in kernels ([`CudaKernels`], [`GpuContext::execute_kernel`]) and your own CUDA C or
+//! WGSL kernels on tensors ([`KernelManager`], [`GpuKernel`]), multi-GPU training's entry
+//! point ([`DistributedTraining`], not implemented yet), and updating parameter
 //! tensors with an optimizer ([`DeviceManager`] picks the device, [`GpuOptimizer`] runs
 //! `rnn::nn::optim` on it; [`error`] maps optirs-gpu's error names). A machine without a GPU (or a
 //! build without the `cuda` / `wgpu` features) lists none and everything runs on the CPU.
@@ -13,13 +15,13 @@
 //! println!("Available GPUs: {}", manager.devices().len());
 //! if let Some(device) = manager.default_device() {
 //!     println!("Using GPU: {}", device.name);
-//!     let context = manager.create_context(device.id)?;
+//!     let context = manager.create_context(device.id)?; // a small `Copy` handle
 //!     let cpu_data = Array2::<f32>::zeros((1000, 784));
-//!     let gpu_tensor = GpuTensor::from_cpu(&cpu_data, &context)?;
+//!     let gpu_tensor = GpuTensor::from_cpu(&cpu_data, device.id, context)?;
 //!     // Tensor ops on the GPU: `gpu_tensor.tensor().relu()?`, `.matmul(..)?`, ...
-//!     let result = gpu_tensor.to_cpu()?;
+//!     let result = gpu_tensor.to_cpu(context)?;
 //!     assert_eq!(result.shape(), &[1000, 784]);
-//!     let stats = context.memory_stats()?;
+//!     let stats = context.memory_stats();
 //!     println!("GPU memory: {} MiB allocated, {} MiB reserved", stats.allocated >> 20, stats.reserved >> 20);
 //! } else {
 //!     println!("No GPU available: running on the CPU");
@@ -39,7 +41,10 @@
 //! `WGPU_BACKEND` and the others are described in one table, the README's
 //! [environment variables](https://github.com/rnn-rs/rnn#environment-variables).
 
+mod builtin;
+mod context;
 mod device_manager;
+mod distributed;
 pub mod error;
 mod kernel;
 mod optimizer;
@@ -47,23 +52,64 @@ pub mod optimizers;
 mod profiler;
 mod tensor;
 
+pub use builtin::{CudaKernels, GpuKernel};
+pub use context::GpuContext;
 pub use device_manager::DeviceManager;
+pub use distributed::DistributedTraining;
 pub use error::{GpuError, GpuResult};
 pub use kernel::{CompiledKernel, KernelArg, KernelBackend, KernelManager, LaunchConfig};
 pub use optimizer::{GpuOptimizer, GpuOptimizerBuilder};
 pub use profiler::{GpuProfiler, ProfileEvent, ProfileSummary};
-pub use tensor::{GpuTensor, HostElement};
+pub use tensor::{GpuTensor, HostElement, MemoryLayout};
+
+/// Byte counts of a device's caching allocator, and its total memory where known.
+pub use rnn_core::gpu_memory::MemoryStats;
 
 use rnn_core::{Device, Error, Result};
 
-/// The kind of GPU backend behind a device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The API a device is driven through. wgpu adapters report the graphics API under them;
+/// `OpenCL` is never reported (this build has no OpenCL backend: wgpu's Vulkan backend drives
+/// the same AMD, Intel and NVIDIA GPUs) and is kept so code matching on it compiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GpuDeviceType {
     /// NVIDIA, through the CUDA driver.
     Cuda,
-    /// Vulkan, Metal, DX12 or WebGPU adapters through wgpu.
-    Wgpu,
+    /// Apple GPUs, through wgpu's Metal backend.
+    Metal,
+    /// Through wgpu's Vulkan backend (AMD, Intel, NVIDIA; also Mesa's software lavapipe).
+    Vulkan,
+    /// Through wgpu's DirectX 12 backend (Windows).
+    Dx12,
+    /// Never reported: see the type's documentation.
+    OpenCL,
+    /// The CPU (`GpuDeviceType::of(Device::Cpu)`); `GpuManager` never lists it.
+    Cpu,
+    /// Any other wgpu backend (OpenGL ES, the browser's WebGPU).
     Generic,
+}
+
+impl GpuDeviceType {
+    /// The type of a wgpu adapter from its backend's name (`WgpuAdapterInfo::backend`).
+    pub fn from_wgpu_backend(backend: &str) -> GpuDeviceType {
+        match backend {
+            "Vulkan" => GpuDeviceType::Vulkan,
+            "Metal" => GpuDeviceType::Metal,
+            "Dx12" => GpuDeviceType::Dx12,
+            _ => GpuDeviceType::Generic,
+        }
+    }
+
+    /// The type of any device (a wgpu ordinal with no adapter is `Generic`).
+    pub fn of(device: Device) -> GpuDeviceType {
+        match device {
+            Device::Cpu => GpuDeviceType::Cpu,
+            Device::Cuda(_) => GpuDeviceType::Cuda,
+            Device::Wgpu(i) => rnn_core::wgpu_adapters()
+                .into_iter()
+                .find(|a| a.ordinal == i)
+                .map_or(GpuDeviceType::Generic, |a| GpuDeviceType::from_wgpu_backend(&a.backend)),
+        }
+    }
 }
 
 /// A GPU that tensors can be created on.
@@ -115,7 +161,7 @@ impl GpuManager {
             devices.push(GpuDevice {
                 id: devices.len(),
                 name: a.name,
-                device_type: GpuDeviceType::Wgpu,
+                device_type: GpuDeviceType::from_wgpu_backend(&a.backend),
                 backend: a.backend,
                 total_memory: 0,
                 compute_capability: None,
@@ -146,7 +192,7 @@ impl GpuManager {
             Error::DeviceNotAvailable(msg)
         })?;
         gpu.device.check_available()?;
-        Ok(GpuContext { gpu: gpu.clone() })
+        Ok(GpuContext::new(gpu))
     }
 }
 
@@ -161,40 +207,5 @@ fn requested_wgpu_ordinal() -> Option<usize> {
 impl Default for GpuManager {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// Byte counts of a device's caching allocator.
-pub use rnn_core::gpu_memory::MemoryStats;
-
-/// An opened GPU: the device tensors go to, and its allocator.
-#[derive(Clone, Debug)]
-pub struct GpuContext {
-    gpu: GpuDevice,
-}
-
-impl GpuContext {
-    pub fn gpu(&self) -> &GpuDevice {
-        &self.gpu
-    }
-
-    /// The device to create tensors on (`Tensor::zeros(.., ctx.device())`).
-    pub fn device(&self) -> Device {
-        self.gpu.device
-    }
-
-    /// What the device's caching allocator holds now.
-    pub fn memory_stats(&self) -> Result<MemoryStats> {
-        rnn_core::gpu_memory::memory_stats(self.gpu.device)
-    }
-
-    /// Frees the buffers the allocator keeps for reuse.
-    pub fn empty_cache(&self) -> Result<()> {
-        rnn_core::gpu_memory::empty_cache(self.gpu.device)
-    }
-
-    /// Waits until every queued kernel has finished.
-    pub fn synchronize(&self) -> Result<()> {
-        self.gpu.device.synchronize()
     }
 }

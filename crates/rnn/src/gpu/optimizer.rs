@@ -3,7 +3,7 @@
 //!
 //! `step` returns as soon as the update is queued: GPU ops run in order on the device's one
 //! stream (CUDA) or queue (wgpu), so the next op that uses `params` sees the new values, and
-//! reading them (`to_cpu`) waits for the kernels. That is why no `.await` is needed, unlike
+//! reading them (`to_array`) waits for the kernels. That is why no `.await` is needed, unlike
 //! the async API this one follows; errors from bad input (shapes, dtypes, devices) are
 //! returned by `step` itself.
 
@@ -52,7 +52,7 @@ impl GpuOptimizerBuilder {
 /// let mut params = optimizer.create_tensor(&[64, 32])?;
 /// let grads = optimizer.create_tensor_with_data(&[64, 32], &vec![0.5f32; 64 * 32])?;
 /// optimizer.step(&mut params, &grads)?; // queued; reading waits for it
-/// let values = params.to_cpu()?;
+/// let values = params.to_array()?;
 /// assert!((values[[0, 0]] + 1e-3).abs() < 1e-6); // Adam's first step moves by lr
 /// # Ok(()) }
 /// ```

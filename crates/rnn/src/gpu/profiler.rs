@@ -22,6 +22,11 @@ pub struct ProfileEvent {
     /// When the region started, from the profiler's creation.
     pub start: Duration,
     pub duration: Duration,
+    /// Bytes of device memory the caller reported for the region (`end`'s `memory_used`).
+    pub memory_used: u64,
+    /// The `GpuManager` id of the GPU the caller reported for the region (`end`'s
+    /// `device_id`); the Chrome trace shows each id as its own row.
+    pub device_id: usize,
 }
 
 /// The statistics of every region of one name.
@@ -33,6 +38,8 @@ pub struct ProfileSummary {
     pub mean: Duration,
     pub min: Duration,
     pub max: Duration,
+    /// The largest `memory_used` reported for a region of this name.
+    pub max_memory_used: u64,
 }
 
 /// A region started and not yet ended.
@@ -52,10 +59,10 @@ struct OpenRegion {
 /// let x = rnn::Tensor::ones((64, 64), rnn::DType::F32, device)?;
 /// profiler.start("matrix_multiply")?;
 /// let y = x.matmul(&x)?;
-/// profiler.end("matrix_multiply")?;
+/// profiler.end("matrix_multiply", 64 * 64 * 4, 0)?;
 /// profiler.start("activation")?;
 /// let _z = y.relu()?;
-/// profiler.end("activation")?;
+/// profiler.end("activation", 64 * 64 * 4, 0)?;
 /// profiler.print_summary();
 /// assert_eq!(profiler.summary().len(), 2);
 /// # Ok(()) }
@@ -109,14 +116,16 @@ impl GpuProfiler {
     }
 
     /// Ends the region `name` once the work queued in it has finished, and returns its time.
-    /// Ending a region that was not started is an error.
-    pub fn end(&mut self, name: &str) -> Result<Duration> {
+    /// `memory_used` (bytes) and `device_id` are what the caller attributes to the region:
+    /// they are recorded with it (the summary shows the largest `memory_used` per name), not
+    /// measured. Ending a region that was not started is an error.
+    pub fn end(&mut self, name: &str, memory_used: u64, device_id: usize) -> Result<Duration> {
         let region = self.open.remove(name).ok_or_else(|| {
             Error::invalid("GpuProfiler::end", format!("region '{name}' was not started (call start first)"))
         })?;
         let duration = self.region_time(&region)?;
         let start = region.start.saturating_duration_since(self.origin);
-        self.events.push(ProfileEvent { name: name.to_string(), start, duration });
+        self.events.push(ProfileEvent { name: name.to_string(), start, duration, memory_used, device_id });
         Ok(duration)
     }
 
@@ -147,18 +156,18 @@ impl GpuProfiler {
     /// ended.
     pub fn summary(&self) -> Vec<ProfileSummary> {
         let mut order: Vec<&str> = Vec::new();
-        let mut times: HashMap<&str, Vec<Duration>> = HashMap::new();
+        let mut times: HashMap<&str, Vec<(Duration, u64)>> = HashMap::new();
         for e in &self.events {
             let entry = times.entry(e.name.as_str()).or_default();
             if entry.is_empty() {
                 order.push(&e.name);
             }
-            entry.push(e.duration);
+            entry.push((e.duration, e.memory_used));
         }
         order
             .into_iter()
             .map(|name| {
-                let t = &times[name];
+                let t: Vec<Duration> = times[name].iter().map(|&(d, _)| d).collect();
                 let total: Duration = t.iter().sum();
                 ProfileSummary {
                     name: name.to_string(),
@@ -167,6 +176,7 @@ impl GpuProfiler {
                     mean: total.div_f64(t.len() as f64),
                     min: t.iter().copied().min().unwrap_or_default(),
                     max: t.iter().copied().max().unwrap_or_default(),
+                    max_memory_used: times[name].iter().map(|&(_, m)| m).max().unwrap_or(0),
                 }
             })
             .collect()
@@ -179,20 +189,21 @@ impl GpuProfiler {
         let width = self.events.iter().map(|e| e.name.len()).max().unwrap_or(0).max(6);
         let _ = writeln!(
             out,
-            "{:<width$}  {:>6}  {:>12}  {:>12}  {:>12}  {:>12}",
-            "region", "count", "total ms", "mean ms", "min ms", "max ms"
+            "{:<width$}  {:>6}  {:>12}  {:>12}  {:>12}  {:>12}  {:>12}",
+            "region", "count", "total ms", "mean ms", "min ms", "max ms", "max MiB"
         );
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         for s in self.summary() {
             let _ = writeln!(
                 out,
-                "{:<width$}  {:>6}  {:>12.3}  {:>12.3}  {:>12.3}  {:>12.3}",
+                "{:<width$}  {:>6}  {:>12.3}  {:>12.3}  {:>12.3}  {:>12.3}  {:>12.1}",
                 s.name,
                 s.count,
                 ms(s.total),
                 ms(s.mean),
                 ms(s.min),
-                ms(s.max)
+                ms(s.max),
+                s.max_memory_used as f64 / (1 << 20) as f64
             );
         }
         if !self.open.is_empty() {
@@ -217,10 +228,12 @@ impl GpuProfiler {
             .iter()
             .map(|e| {
                 format!(
-                    "{{\"name\":{},\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":{pid},\"tid\":0}}",
+                    "{{\"name\":{},\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":{pid},\"tid\":{},\"args\":{{\"memory_used\":{}}}}}",
                     json_string(&e.name),
                     e.start.as_secs_f64() * 1e6,
-                    e.duration.as_secs_f64() * 1e6
+                    e.duration.as_secs_f64() * 1e6,
+                    e.device_id,
+                    e.memory_used
                 )
             })
             .collect();

@@ -1,9 +1,26 @@
 //! `GpuTensor`: an f32 tensor on a GPU, made from and read back into `ndarray` arrays.
 
+use std::borrow::Borrow;
+
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use rnn_core::{DType, Device, Error, Result, Tensor};
 
 use super::GpuContext;
+
+/// How a [`GpuTensor`]'s elements are ordered in device memory. The tensor's shape and
+/// values are the same in each; only the strides differ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MemoryLayout {
+    /// C order: the last index varies fastest.
+    RowMajor,
+    /// Fortran order: the first index varies fastest (the tensor is a permuted view of a
+    /// row-major buffer, as `Tensor::t` makes).
+    ColumnMajor,
+    /// The layout the GPU kernels are fastest on: row-major and contiguous, which every
+    /// kernel plan reads without a gather (ops on a column-major tensor first copy it).
+    #[default]
+    GpuOptimized,
+}
 
 /// Host element types a [`GpuTensor`] can be made from (stored on the GPU as f32, the type
 /// every GPU backend computes in).
@@ -32,17 +49,64 @@ pub struct GpuTensor {
 }
 
 impl GpuTensor {
-    /// Copies an array (any dimension and memory order, f32 or f64) to the context's GPU,
-    /// as f32.
-    pub fn from_cpu<S, D>(array: &ArrayBase<S, D>, context: &GpuContext) -> Result<GpuTensor>
+    /// Copies an f32 array (any dimension and memory order) to GPU `device_id` of
+    /// `GpuManager::devices()`, which must be the context's GPU. The context may be passed by
+    /// value (it is `Copy`) or by reference. (An f64 array converts with
+    /// `array.mapv(|x| x as f32)`; a generic element type would leave `Array2::zeros(..)`'s
+    /// type unknown.)
+    pub fn from_cpu<S, D>(
+        array: &ArrayBase<S, D>,
+        device_id: usize,
+        context: impl Borrow<GpuContext>,
+    ) -> Result<GpuTensor>
     where
-        S: Data,
-        S::Elem: HostElement,
+        S: Data<Elem = f32>,
         D: Dimension,
     {
-        let data: Vec<f32> = array.iter().map(|x| x.to_f32()).collect();
-        let tensor = Tensor::from_vec(data, array.shape().to_vec(), context.device())?;
+        GpuTensor::from_cpu_with_layout(array, device_id, context, MemoryLayout::RowMajor)
+    }
+
+    /// [`GpuTensor::from_cpu`] storing the elements in `layout`'s order on the GPU.
+    pub fn from_cpu_with_layout<S, D>(
+        array: &ArrayBase<S, D>,
+        device_id: usize,
+        context: impl Borrow<GpuContext>,
+        layout: MemoryLayout,
+    ) -> Result<GpuTensor>
+    where
+        S: Data<Elem = f32>,
+        D: Dimension,
+    {
+        let context = context.borrow();
+        if device_id != context.id() {
+            let msg = format!("device id {device_id} is not the context's GPU (id {})", context.id());
+            return Err(Error::invalid("GpuTensor::from_cpu", msg));
+        }
+        let shape = array.shape().to_vec();
+        let tensor = match layout {
+            MemoryLayout::RowMajor | MemoryLayout::GpuOptimized => {
+                Tensor::from_vec(array.iter().copied().collect(), shape, context.device())?
+            }
+            MemoryLayout::ColumnMajor => {
+                // The reversed-axes view's logical order is the array's column-major order.
+                let data: Vec<f32> = array.t().iter().copied().collect();
+                let reversed: Vec<usize> = shape.iter().rev().copied().collect();
+                let perm: Vec<usize> = (0..shape.len()).rev().collect();
+                Tensor::from_vec(data, reversed, context.device())?.permute(perm.as_slice())?
+            }
+        };
         Ok(GpuTensor { tensor })
+    }
+
+    /// How the elements are ordered on the device: `RowMajor` for a contiguous tensor,
+    /// `ColumnMajor` for a Fortran-ordered one, `None` for any other view.
+    pub fn memory_layout(&self) -> Option<MemoryLayout> {
+        if self.tensor.is_contiguous() {
+            return Some(MemoryLayout::RowMajor);
+        }
+        let reversed: Vec<usize> = (0..self.tensor.rank()).rev().collect();
+        let t = self.tensor.permute(reversed.as_slice()).ok()?;
+        t.is_contiguous().then_some(MemoryLayout::ColumnMajor)
     }
 
     /// An f32 tensor of zeros on the context's GPU (e.g. the output of a custom kernel).
@@ -66,8 +130,19 @@ impl GpuTensor {
     }
 
     /// The elements as an f32 array of the tensor's shape (converted if the tensor holds
-    /// another dtype). Waits for the kernels that produce it.
-    pub fn to_cpu(&self) -> Result<ArrayD<f32>> {
+    /// another dtype), after checking that the tensor is on the context's GPU. Waits for the
+    /// kernels that produce it.
+    pub fn to_cpu(&self, context: impl Borrow<GpuContext>) -> Result<ArrayD<f32>> {
+        let device = context.borrow().device();
+        if self.device() != device {
+            return Err(Error::DeviceMismatch { op: "GpuTensor::to_cpu", lhs: self.device(), rhs: device });
+        }
+        self.to_array()
+    }
+
+    /// The elements as an f32 array, from whatever device the tensor is on (the CPU
+    /// included, for `GpuOptimizer`'s tensors).
+    pub fn to_array(&self) -> Result<ArrayD<f32>> {
         if self.tensor.dtype() == DType::F32 {
             self.tensor.to_ndarray::<f32>()
         } else {

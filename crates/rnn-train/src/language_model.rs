@@ -32,6 +32,10 @@ pub fn save_gpt(path: impl AsRef<Path>, model: &Gpt, vocab: &Vocab) -> Result<()
         let msg = format!("vocabulary of {} characters for a model of {}", vocab.len(), model.config().vocab_size);
         return Err(Error::invalid("save_gpt", msg));
     }
+    if let Some(name) = crate::guard::first_non_finite(&model.named_parameters())? {
+        let msg = format!("{name} holds NaN or infinite values; {} was not written", path.as_ref().display());
+        return Err(Error::invalid("save_gpt", msg));
+    }
     let config =
         serde_json::to_string(model.config()).map_err(|e| Error::Msg(format!("cannot encode the config: {e}")))?;
     let metadata = BTreeMap::from([
@@ -152,6 +156,7 @@ pub fn train_gpt(
             let train_loss = loss_sum.take().map(|s| s.to_f64_scalar()).transpose()?.unwrap_or(f64::NAN) / steps as f64;
             let step_seconds = since.elapsed().as_secs_f64() / steps as f64;
             let val_loss = validation_loss(model, data, config)?;
+            check_finite_losses(last_report + 1, step, train_loss, val_loss)?;
             let progress = GptProgress { step, train_loss, val_loss, step_seconds };
             report(&progress, model)?;
             history.push(progress);
@@ -160,6 +165,20 @@ pub fn train_gpt(
     }
     model.set_training(true);
     Ok(history)
+}
+
+/// A NaN or infinite loss stops training: the weights are diverged or the data is bad, and
+/// every later step would only spread it. Losses are read back at reports, so the error names
+/// the steps since the previous one.
+fn check_finite_losses(first: usize, step: usize, train_loss: f64, val_loss: f64) -> Result<()> {
+    if train_loss.is_finite() && val_loss.is_finite() {
+        return Ok(());
+    }
+    let msg = format!(
+        "the training loss is {train_loss} and the validation loss {val_loss} after steps {first} to {step}: \
+         training diverged (lower the learning rate, or clip gradients with a smaller clip_norm)"
+    );
+    Err(Error::invalid("train_gpt", msg))
 }
 
 fn check_train_config(model: &Gpt, data: &TextDataset, config: &GptTrainConfig) -> Result<()> {

@@ -147,3 +147,22 @@ fn train_gpt_lowers_the_validation_loss() -> Result<()> {
     expect_err(train_gpt(&mut model, &data, &config, |_, _| Ok(())), "context 9 must be in 1..=8");
     Ok(())
 }
+
+#[test]
+fn a_diverging_gpt_run_stops_with_an_error_and_its_weights_are_not_saved() -> Result<()> {
+    let data = TextDataset::from_text(&"to be or not to be, that is the question. ".repeat(30), "hamlet", 8)?;
+    let mut model = Gpt::new(tiny_config(data.vocab.len()), &mut VarBuilder::cpu(1))?;
+    let mut config = GptTrainConfig { steps: 6, batch_size: 4, context: 8, eval_every: 3, ..Default::default() };
+    (config.optimizer.lr, config.clip_norm) = (1e30, 0.0);
+    let mut reports = 0;
+    let result = train_gpt(&mut model, &data, &config, |_, _| {
+        reports += 1;
+        Ok(())
+    });
+    expect_err(result, "training diverged");
+    assert_eq!(reports, 0, "no report (and so no sample or checkpoint) after a non-finite loss");
+    let dir = temp_dir("gpt-diverged");
+    expect_err(save_gpt(dir.join("gpt.safetensors"), &model, &data.vocab), "NaN or infinite");
+    assert!(!dir.join("gpt.safetensors").exists());
+    Ok(())
+}

@@ -111,6 +111,17 @@ fn train_writes_curves_checkpoint_and_history() {
 }
 
 #[test]
+fn a_diverging_run_fails_and_writes_no_checkpoint() {
+    let out_dir = temp_dir("train-diverged");
+    std::fs::remove_dir_all(&out_dir).ok();
+    let dir = out_dir.to_str().unwrap();
+    let out = rnn(&["train", "--samples", "200", "--epochs", "2", "--lr", "1e30", "--quiet", "--out", dir]);
+    assert_clean_error(&out, &["training diverged", "epoch 1"], "--lr 1e30");
+    assert!(!out_dir.join("model.safetensors").exists(), "a diverged run wrote a checkpoint");
+    std::fs::remove_dir_all(&out_dir).ok();
+}
+
+#[test]
 fn train_reports_bad_arguments_cleanly() {
     for (args, expected) in [
         (vec!["train", "--data", "imagenet"], "unknown --data"),

@@ -21,12 +21,13 @@ Tensors are {"shape": [...], "data": [...flat row-major...]}, with "dtype" where
 """
 
 import json
-import math
 import os
 import sys
 
 import torch
 import torch.nn.functional as F
+
+from golden_json import number
 
 SEED = 20240917
 STEP = 2.0 ** -10
@@ -44,15 +45,6 @@ def grid(t):
 
 def rand(shape, lo=-1.0, hi=1.0):
     return grid(lo + (hi - lo) * torch.rand(shape, generator=GEN, dtype=F64))
-
-
-def number(x):
-    """A float for JSON, which has no NaN or infinities: "nan", "inf" and "-inf"."""
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return x
 
 
 def enc(t, dtype=None):

@@ -28,11 +28,12 @@ with T = {"shape": [...], "data": [...]} (flat, row-major). Absent tensors are o
 """
 
 import json
-import math
 import os
 import platform
 
 import torch
+
+from golden_json import number
 
 SEED = 20261121
 STEP = 2.0 ** -10
@@ -57,15 +58,6 @@ def distinct(*shape):
         n *= d
     perm = torch.randperm(n, generator=GEN).to(F64)
     return ((perm - n // 2) * (STEP * 8)).reshape(shape)
-
-
-def number(x):
-    """A float for JSON, which has no NaN or infinities: "nan", "inf" and "-inf"."""
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return x
 
 
 def enc(t):

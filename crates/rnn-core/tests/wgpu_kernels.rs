@@ -6,7 +6,7 @@ use rnn_core::Device;
 
 #[test]
 fn every_wgsl_kernel_compiles() -> rnn_core::Result<()> {
-    let device = match std::env::var("RNN_GPU_DEVICE").ok().and_then(|s| Device::parse(&s).ok()) {
+    let device = match Device::env_request().and_then(|s| Device::parse(&s).ok()) {
         Some(d @ Device::Wgpu(_)) => d,
         _ => Device::Wgpu(0),
     };

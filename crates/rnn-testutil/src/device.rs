@@ -57,7 +57,7 @@ pub fn usable(device: Device) -> Option<Device> {
 
 /// The device `RNN_GPU_DEVICE` names when it is one `wanted` accepts.
 fn env_device(wanted: fn(Device) -> bool) -> Option<Device> {
-    let named = std::env::var("RNN_GPU_DEVICE").ok().and_then(|s| Device::parse(&s).ok());
+    let named = Device::env_request().and_then(|s| Device::parse(&s).ok());
     named.filter(|&d| wanted(d))
 }
 

@@ -31,7 +31,7 @@ fn context_or_checked_error() -> Option<(GpuManager, GpuContext)> {
             assert!(manager.devices().is_empty(), "a listed GPU failed to open: {e}");
             assert!(matches!(e, Error::DeviceNotAvailable(_)), "{e:?}");
             assert!(e.to_string().contains("no GPU with id 0"), "{e}");
-            let required = Device::Wgpu(0).is_required_by_env() && std::env::var("RNN_GPU_DEVICE").is_ok();
+            let required = Device::Wgpu(0).is_required_by_env() && Device::env_request().is_some();
             assert!(!required, "RNN_GPU_DEVICE names a wgpu adapter but no GPU is listed");
             None
         }

@@ -198,7 +198,7 @@ impl GpuManager {
 
 /// The wgpu adapter `RNN_GPU_DEVICE` names, if it names one.
 fn requested_wgpu_ordinal() -> Option<usize> {
-    match Device::parse(&std::env::var("RNN_GPU_DEVICE").ok()?).ok()? {
+    match Device::parse(&Device::env_request()?).ok()? {
         Device::Wgpu(i) => Some(i),
         _ => None,
     }

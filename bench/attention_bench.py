@@ -16,25 +16,15 @@ import json
 import os
 import subprocess
 import sys
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 
+from timing import time_call
+
 B, H, D = 4, 8, 64
 
 
-def time_call(fn, warmup=1, min_time=0.5, min_calls=3):
-    for _ in range(warmup):
-        fn()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_calls or time.perf_counter() - start < min_time:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def status_kb(field):
@@ -72,7 +62,7 @@ def main():
     print("-" * 66)
     records = []
     for name, fl, fn in workloads(lengths):
-        s = time_call(fn)
+        s = time_call(fn, warmup=1, min_calls=3)
         peak = peaks[name]
         gflops = fl / s / 1e9
         print(f"{name:<30} {s * 1e3:>10.2f} {gflops:>10.2f} {peak / 1e6:>12.2f}", flush=True)

@@ -15,11 +15,11 @@ backend (a check of the script, not a benchmark).
 """
 import argparse
 import json
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
+
+from timing import time_call
 
 BATCH, HEADS = 4, 8
 
@@ -29,18 +29,6 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def time_call(fn, device, warmup=3, min_time=0.5, min_calls=5):
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_calls or time.perf_counter() - start < min_time:
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def flops_forward(n, d, causal):
@@ -61,8 +49,8 @@ def measure(n, d, causal, device, dtype):
         out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         out.backward(grad)
 
-    fwd = time_call(forward, device)
-    both = time_call(forward_backward, device)
+    fwd = time_call(forward, sync=lambda: sync(device))
+    both = time_call(forward_backward, sync=lambda: sync(device))
     bwd = max(both - fwd, 1e-12)
     f = flops_forward(n, d, causal)
     return fwd, bwd, f / fwd / 1e12, 2.5 * f / bwd / 1e12

@@ -3,28 +3,17 @@
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
+
+from timing import time_call
 
 N16M = 16 * 1024 * 1024
 MATMUL_SIZES = (256, 512, 1024, 2048)
 
 
-def time_call(fn, warmup=3, min_time=0.5, min_calls=5):
-    """3 warm-up calls, then repeat until >= min_time s and >= min_calls; median seconds."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_calls or time.perf_counter() - start < min_time:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def record(name, metric, value, threads):

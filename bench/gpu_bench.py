@@ -24,6 +24,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from timing import time_call
+
 MATMUL_SIZES = (1024, 2048, 4096, 8192)
 TINY_OPS = 500
 ADAM_PARAMS = 10_000_000
@@ -40,18 +42,6 @@ def sync():
         torch.cuda.synchronize()
 
 
-def time_call(fn, warmup=3, min_time=0.5, min_calls=5):
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_calls or time.perf_counter() - start < min_time:
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def time_queued(fn, calls, warmup=3, min_time=0.5, min_calls=5):
@@ -108,11 +98,11 @@ def bench_adamw(n=ADAM_PARAMS):
     p.grad = torch.randn(n, device=DEVICE) * 1e-2
     fused = DEVICE == "cuda"
     opt = torch.optim.AdamW([p], lr=1e-3, fused=fused, foreach=not fused)
-    s = time_call(opt.step)
+    s = time_call(opt.step, sync=sync)
     nbytes = ADAM_BYTES_PER_PARAM * n
     src = torch.empty(nbytes // 2, dtype=torch.uint8, device=DEVICE)
     dst = torch.empty_like(src)
-    copy = time_call(lambda: dst.copy_(src))
+    copy = time_call(lambda: dst.copy_(src), sync=sync)
     label = f"adamw_{n // 1_000_000}M"
     reference = "device copy" if DEVICE == "cuda" else "memcpy"
     return [record(label, "GB/s", nbytes / s / 1e9), record(f"{label}_ms", "ms", s * 1e3),
@@ -127,7 +117,7 @@ def bench_matmul():  # CUDA only
             torch.backends.cuda.matmul.allow_tf32 = tf32
             a = torch.randn(n, n, device="cuda", dtype=dtype)
             b = torch.randn(n, n, device="cuda", dtype=dtype)
-            s = time_call(lambda: torch.matmul(a, b))
+            s = time_call(lambda: torch.matmul(a, b), sync=sync)
             out.append(record(f"matmul_{label}_{n}", "GFLOP/s", 2 * n**3 / s / 1e9))
     torch.backends.cuda.matmul.allow_tf32 = False
     return out
@@ -135,7 +125,7 @@ def bench_matmul():  # CUDA only
 
 def bench_linear(n=MATMUL_SIZES[len(MATMUL_SIZES) // 2]):
     x, w, b = (torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda"), torch.randn(n, device="cuda"))
-    s = time_call(lambda: torch.relu(F.linear(x, w, b)))
+    s = time_call(lambda: torch.relu(F.linear(x, w, b)), sync=sync)
     return [record(f"linear_relu_f32_{n}", "GFLOP/s", 2 * n**3 / s / 1e9)]
 
 
@@ -154,10 +144,10 @@ def bench_memory_bound():
     ]
     out = []
     for name, nbytes, fn in work:
-        out.append(record(name, "GB/s", nbytes / time_call(fn) / 1e9))
+        out.append(record(name, "GB/s", nbytes / time_call(fn, sync=sync) / 1e9))
         src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
-        out.append(record(f"device copy:{name}", "GB/s", nbytes / time_call(lambda: dst.copy_(src)) / 1e9))
+        out.append(record(f"device copy:{name}", "GB/s", nbytes / time_call(lambda: dst.copy_(src), sync=sync) / 1e9))
     return out
 
 

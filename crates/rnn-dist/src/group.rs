@@ -187,6 +187,19 @@ impl ProcessGroup {
             rv.set_timeout(timeout);
         }
     }
+    /// Whether collectives compare a header among the ranks before moving data (on by
+    /// default). Turning the check off saves one small collective per call on the MPI
+    /// backend, which matters for latency-bound messages (a few KB); the price is that a
+    /// mismatch between ranks is no longer an error but MPI's undefined behaviour (a hang
+    /// until the timeout, a truncation error or garbage). Turn it off on every rank at the
+    /// same point, e.g. once the first training step has run checked. `RNN_DIST_CHECKS=0`
+    /// turns it off from the start. The thread group always checks (it costs nothing there).
+    pub fn set_header_checks(&self, on: bool) {
+        self.inner.shared.set_header_checks(on);
+    }
+    pub fn header_checks(&self) -> bool {
+        self.inner.shared.header_checks()
+    }
     /// Why the group can no longer be used (a timeout or a lost rank), if it cannot.
     pub fn broken(&self) -> Option<String> {
         self.inner.shared.broken()

@@ -31,6 +31,15 @@ fn parse_timeout(text: &str) -> Result<Duration> {
     }
 }
 
+/// The environment variable that turns the header check of MPI collectives off when `0`
+/// (see `ProcessGroup::set_header_checks`).
+pub const CHECKS_ENV: &str = "RNN_DIST_CHECKS";
+
+/// False when `RNN_DIST_CHECKS` is `0`.
+pub fn header_checks_from_env() -> bool {
+    std::env::var(CHECKS_ENV).map_or(true, |v| v.trim() != "0")
+}
+
 /// The number of processes of the job when this process was started by an MPI launcher
 /// (`mpirun`, `mpiexec`, `srun`): OpenMPI sets OMPI_COMM_WORLD_SIZE, MPICH and Slurm's PMI
 /// set PMI_SIZE, PMIx launchers set PMIX_RANK (the size is then learned from MPI itself).

@@ -36,8 +36,10 @@ pub(crate) fn world_group() -> Result<ProcessGroup> {
     let timeout = crate::launch::timeout_from_env()?;
     let shared = Shared::new(timeout);
     let (tell, told) = std::sync::mpsc::channel();
+    shared.set_header_checks(crate::launch::header_checks_from_env());
+    let engine_shared = shared.clone();
     let executor = Executor::spawn("rnn-dist-mpi".into(), shared.clone(), move || {
-        let engine = MpiEngine::start()?;
+        let engine = MpiEngine::start(engine_shared)?;
         let _ = tell.send((engine.world.rank() as usize, engine.world.size() as usize));
         Ok(Box::new(engine) as Box<dyn Engine>)
     })?;
@@ -50,16 +52,20 @@ pub(crate) fn world_group() -> Result<ProcessGroup> {
 
 pub(crate) struct MpiEngine {
     world: SimpleCommunicator,
+    shared: Arc<Shared>,
+    /// The receive buffer of the last all_reduce, reused by the next one of the same type
+    /// (a fresh buffer per call would cost a page fault per 4 KiB).
+    scratch: Option<Buf>,
     // Dropped last: finalizes MPI.
     _universe: Universe,
 }
 
 impl MpiEngine {
-    fn start() -> Result<MpiEngine> {
+    fn start(shared: Arc<Shared>) -> Result<MpiEngine> {
         let (universe, _level) = mpi::initialize_with_threading(Threading::Funneled).ok_or_else(|| {
             Error::invalid("ProcessGroup::from_env", "MPI was already initialized by other code in this process")
         })?;
-        Ok(MpiEngine { world: universe.world(), _universe: universe })
+        Ok(MpiEngine { world: universe.world(), shared, scratch: None, _universe: universe })
     }
 
     /// The smallest and largest header over all ranks, in one all_reduce (the max of the
@@ -99,8 +105,12 @@ macro_rules! into_new {
 
 impl Engine for MpiEngine {
     fn run(&mut self, call: Call) -> Result<Option<Buf>> {
-        let (lo, hi) = self.exchange_headers(call.header());
-        call.check_agreement(&lo, &hi)?;
+        if self.shared.header_checks() {
+            let (lo, hi) = self.exchange_headers(call.header());
+            call.check_agreement(&lo, &hi)?;
+        } else if let Some(msg) = call.invalid {
+            return Err(Error::invalid(call.collective.name(), msg));
+        }
         let Some(buf) = call.buf else {
             self.world.barrier();
             return Ok(None);
@@ -115,8 +125,8 @@ impl Engine for MpiEngine {
         let world = &self.world;
         let out = match call.collective {
             Collective::AllReduce(op) => {
-                let sum =
-                    into_new!(&buf, len, |v, out| world.all_reduce_into(&v[..], &mut out[..], SystemOperation::sum()));
+                let (sum, spent) = all_reduce_sum(world, buf, self.scratch.take());
+                self.scratch = Some(spent);
                 mean_if(sum, op, n)
             }
             Collective::Broadcast { root } => {
@@ -140,6 +150,31 @@ impl Engine for MpiEngine {
             Collective::Barrier => buf,
         };
         Ok(Some(out))
+    }
+}
+
+/// The sum of `buf` over the ranks, received into `scratch` where it has the right type
+/// (resized), and `buf` itself to serve as the next call's scratch.
+fn all_reduce_sum(world: &SimpleCommunicator, buf: Buf, scratch: Option<Buf>) -> (Buf, Buf) {
+    fn sum<T: mpi::datatype::Equivalence + Copy + Default>(
+        world: &SimpleCommunicator,
+        send: &[T],
+        scratch: Option<Vec<T>>,
+    ) -> Vec<T> {
+        let mut out = scratch.unwrap_or_default();
+        out.resize(send.len(), T::default());
+        world.all_reduce_into(send, &mut out[..], SystemOperation::sum());
+        out
+    }
+    match buf {
+        Buf::F32(v) => {
+            let scratch = if let Some(Buf::F32(s)) = scratch { Some(s) } else { None };
+            (Buf::F32(sum(world, &v, scratch)), Buf::F32(v))
+        }
+        Buf::F64(v) => {
+            let scratch = if let Some(Buf::F64(s)) = scratch { Some(s) } else { None };
+            (Buf::F64(sum(world, &v, scratch)), Buf::F64(v))
+        }
     }
 }
 

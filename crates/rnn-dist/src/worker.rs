@@ -51,6 +51,8 @@ pub(crate) struct Shared {
     /// False once the communication thread has ended.
     alive: AtomicBool,
     timeout_ms: AtomicU64,
+    /// Whether MPI collectives compare headers first (see `ProcessGroup::set_header_checks`).
+    header_checks: AtomicBool,
 }
 
 impl Shared {
@@ -60,6 +62,7 @@ impl Shared {
             broken: Mutex::new(None),
             alive: AtomicBool::new(true),
             timeout_ms: AtomicU64::new(timeout.as_millis().min(u64::MAX as u128) as u64),
+            header_checks: AtomicBool::new(true),
         })
     }
     pub(crate) fn timeout(&self) -> Duration {
@@ -67,6 +70,12 @@ impl Shared {
     }
     pub(crate) fn set_timeout(&self, timeout: Duration) {
         self.timeout_ms.store(timeout.as_millis().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+    pub(crate) fn header_checks(&self) -> bool {
+        self.header_checks.load(Ordering::Relaxed)
+    }
+    pub(crate) fn set_header_checks(&self, on: bool) {
+        self.header_checks.store(on, Ordering::Relaxed);
     }
     pub(crate) fn broken(&self) -> Option<String> {
         lock(&self.broken).clone()

@@ -1,0 +1,113 @@
+//! all_reduce bandwidth of the MPI process group against raw `MPI_Allreduce` on buffers of
+//! the same sizes (4 KB to 64 MB of f32). MPI starts once per process, so each side runs in
+//! its own launch; `bench/allreduce_mpi.sh` runs both and prints the ratios.
+//!
+//! ```text
+//! cargo build --release -p rnn-dist --features mpi --example allreduce_bench
+//! mpirun -np 2 target/release/examples/allreduce_bench raw     # MPI_Allreduce
+//! mpirun -np 2 target/release/examples/allreduce_bench group   # ProcessGroup
+//! ```
+//!
+//! Each line: `mode,bytes,seconds per call,GB/s` (bytes / time, the algorithm bandwidth),
+//! measured by rank 0 after a barrier: the median of 5 timed runs of at least 0.2 s each.
+//! Modes: `raw`, `group` (owning vectors, `all_reduce_vec_async(..).wait()`), `group-slice`
+//! (`all_reduce_slice`, which copies in and out).
+
+use std::time::Instant;
+
+use mpi::collective::{CommunicatorCollectives, SystemOperation};
+use mpi::topology::Communicator;
+use rnn_dist::{ProcessGroup, ReduceOp};
+
+const SIZES_BYTES: [usize; 8] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
+
+/// Seconds per call of `step`: the median of 5 runs of at least 0.2 s each (after warming
+/// up). Every rank must make the same number of calls: `agree` turns this rank's wish into
+/// the value every rank uses (the largest), and also aligns the runs' starts.
+fn time_per_call(mut step: impl FnMut(), mut agree: impl FnMut(f64) -> f64) -> f64 {
+    let warm_up = Instant::now();
+    for _ in 0..3 {
+        step();
+    }
+    let guess = warm_up.elapsed().as_secs_f64() / 3.0;
+    let calls = agree((0.2 / guess).ceil().max(3.0)) as usize;
+    let mut runs: Vec<f64> = (0..5)
+        .map(|_| {
+            agree(0.0);
+            let started = Instant::now();
+            for _ in 0..calls {
+                step();
+            }
+            started.elapsed().as_secs_f64() / calls as f64
+        })
+        .collect();
+    runs.sort_by(f64::total_cmp);
+    runs[2]
+}
+
+fn report(mode: &str, bytes: usize, seconds: f64) {
+    println!("{mode},{bytes},{seconds:.9},{:.3}", bytes as f64 / seconds / 1e9);
+}
+
+fn raw() {
+    let universe = mpi::initialize().expect("MPI init");
+    let world = universe.world();
+    for bytes in SIZES_BYTES {
+        let send = vec![1.0f32; bytes / 4];
+        let mut recv = vec![0.0f32; bytes / 4];
+        let seconds = time_per_call(
+            || world.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum()),
+            |wish| {
+                let mut most = 0.0f64;
+                world.all_reduce_into(&wish, &mut most, SystemOperation::max());
+                most
+            },
+        );
+        if world.rank() == 0 {
+            report("raw", bytes, seconds);
+        }
+    }
+}
+
+fn group(slices: bool) -> rnn_core::Result<()> {
+    let g = ProcessGroup::from_env()?;
+    let mode = match (slices, g.header_checks()) {
+        (false, true) => "group",
+        (false, false) => "group-unchecked",
+        (true, true) => "group-slice",
+        (true, false) => "group-slice-unchecked",
+    };
+    for bytes in SIZES_BYTES {
+        let mut data = Some(vec![1.0f32; bytes / 4]);
+        let seconds = if slices {
+            let mut data = data.take().unwrap_or_default();
+            time_per_call(|| g.all_reduce_slice(&mut data, ReduceOp::Sum).expect("all_reduce"), |wish| agree(&g, wish))
+        } else {
+            let step = || {
+                let v = data.take().unwrap_or_default();
+                data = Some(g.all_reduce_vec_async(v, ReduceOp::Sum).wait().expect("all_reduce"));
+            };
+            time_per_call(step, |wish| agree(&g, wish))
+        };
+        if g.is_main() {
+            report(mode, bytes, seconds);
+        }
+    }
+    Ok(())
+}
+
+/// The largest of the ranks' `wish`es.
+fn agree(g: &ProcessGroup, wish: f64) -> f64 {
+    let all = g.all_gather_slice(&[wish]).expect("all_gather");
+    all.into_iter().fold(0.0, f64::max)
+}
+
+fn main() -> rnn_core::Result<()> {
+    match std::env::args().nth(1).as_deref() {
+        Some("raw") => raw(),
+        Some("group") => group(false)?,
+        Some("group-slice") => group(true)?,
+        _ => eprintln!("usage: mpirun -np 2 allreduce_bench raw|group|group-slice (RNN_DIST_CHECKS=0: unchecked)"),
+    }
+    Ok(())
+}

@@ -141,28 +141,6 @@ pub(crate) fn dynamic_shared_limit(
     Ok(Some(optin_max - static_bytes))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::dynamic_shared_limit;
-
-    #[test]
-    fn shared_memory_past_48_kib_needs_the_opt_in_and_has_a_ceiling() {
-        const KIB: u32 = 1024;
-        // Hopper: 48 KiB by default, 227 KiB with the opt-in.
-        let (default_max, optin) = (48 * KIB, 227 * KIB);
-        assert_eq!(dynamic_shared_limit(0, 0, default_max, optin), Ok(None));
-        assert_eq!(dynamic_shared_limit(48 * KIB, 0, default_max, optin), Ok(None));
-        assert_eq!(dynamic_shared_limit(48 * KIB + 4, 0, default_max, optin), Ok(Some(optin)));
-        assert_eq!(dynamic_shared_limit(40 * KIB, 10 * KIB, default_max, optin), Ok(Some(217 * KIB)));
-        assert_eq!(dynamic_shared_limit(227 * KIB, 0, default_max, optin), Ok(Some(optin)));
-        let err = dynamic_shared_limit(227 * KIB + 1, 0, default_max, optin).unwrap_err();
-        assert!(err.contains(&(227 * KIB + 1).to_string()) && err.contains(&optin.to_string()), "{err}");
-        assert!(dynamic_shared_limit(u32::MAX, u32::MAX, default_max, optin).is_err());
-        // A device without the opt-in (its maximum is the default).
-        assert!(dynamic_shared_limit(48 * KIB + 1, 0, default_max, default_max).is_err());
-    }
-}
-
 /// Hands `work` the stream of `cuda:ordinal` and the device addresses of the tensors' first
 /// elements, for libraries that queue their own work on the device (NCCL collectives): what
 /// `work` queues on that stream runs after every op already queued and before every later
@@ -187,4 +165,26 @@ pub fn with_device_buffers<R>(
     // The guards record the buffers' use on the stream when dropped, after `work`.
     let (addresses, _guards): (Vec<_>, Vec<_>) = storages.iter().map(|s| s.slice().device_ptr(&dev.stream)).unzip();
     Ok(work(&dev.stream, &addresses))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dynamic_shared_limit;
+
+    #[test]
+    fn shared_memory_past_48_kib_needs_the_opt_in_and_has_a_ceiling() {
+        const KIB: u32 = 1024;
+        // Hopper: 48 KiB by default, 227 KiB with the opt-in.
+        let (default_max, optin) = (48 * KIB, 227 * KIB);
+        assert_eq!(dynamic_shared_limit(0, 0, default_max, optin), Ok(None));
+        assert_eq!(dynamic_shared_limit(48 * KIB, 0, default_max, optin), Ok(None));
+        assert_eq!(dynamic_shared_limit(48 * KIB + 4, 0, default_max, optin), Ok(Some(optin)));
+        assert_eq!(dynamic_shared_limit(40 * KIB, 10 * KIB, default_max, optin), Ok(Some(217 * KIB)));
+        assert_eq!(dynamic_shared_limit(227 * KIB, 0, default_max, optin), Ok(Some(optin)));
+        let err = dynamic_shared_limit(227 * KIB + 1, 0, default_max, optin).unwrap_err();
+        assert!(err.contains(&(227 * KIB + 1).to_string()) && err.contains(&optin.to_string()), "{err}");
+        assert!(dynamic_shared_limit(u32::MAX, u32::MAX, default_max, optin).is_err());
+        // A device without the opt-in (its maximum is the default).
+        assert!(dynamic_shared_limit(48 * KIB + 1, 0, default_max, default_max).is_err());
+    }
 }

@@ -31,6 +31,8 @@ pub mod gpu;
 
 pub use ndarray;
 pub use rnn_core::*;
+/// Process groups and collectives (all_reduce, broadcast, ...) over threads, MPI and NCCL.
+pub use rnn_dist as distributed;
 pub use rnn_nn as nn;
 pub use rnn_nn::optim::OptimizerConfig;
 pub use rnn_train as train;

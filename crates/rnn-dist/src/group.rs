@@ -1,0 +1,315 @@
+//! `ProcessGroup`: the ranks that take part in collectives, and the collectives on slices,
+//! vectors and tensors.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rnn_core::{DType, Error, Result, Shape, Tensor};
+
+use crate::buffer::{Buf, Call, CommElem, Collective, ReduceOp};
+use crate::engine::SingleEngine;
+use crate::threads::{Rendezvous, ThreadEngine};
+use crate::worker::{Executor, Shared, Work};
+
+/// Which engine a group runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// One process, one rank: every collective is the identity.
+    Single,
+    /// Several ranks in one process, one per thread ([`ProcessGroup::threads`]).
+    Threads,
+    /// One rank per process, launched by `mpirun` ([`ProcessGroup::from_env`], feature `mpi`).
+    Mpi,
+}
+
+/// This process's (or thread's) membership of a group of ranks, and the collectives among
+/// them. Cheap to clone: clones share the rank and its communication thread.
+///
+/// Every rank must issue the same collectives in the same order. Before moving data, each
+/// collective compares a small header among the ranks (collective, root, dtype, element
+/// count, and whether the rank's own arguments were valid): a disagreement is an error on
+/// every rank, with no data exchanged, and the group stays usable. A collective that waits
+/// longer than the timeout for the other ranks (`RNN_DIST_TIMEOUT` seconds, default 300) is
+/// an error too, and breaks the group: every later call fails at once.
+#[derive(Clone)]
+pub struct ProcessGroup {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    rank: usize,
+    world_size: usize,
+    backend: Backend,
+    shared: Arc<Shared>,
+    executor: Executor,
+    /// For a thread group: the rendezvous, whose timeout `set_timeout` also sets.
+    rendezvous: Option<Arc<Rendezvous>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.executor.shut_down(&self.shared);
+    }
+}
+
+impl std::fmt::Debug for ProcessGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = &self.inner;
+        write!(f, "ProcessGroup({:?}, rank {} of {})", g.backend, g.rank, g.world_size)
+    }
+}
+
+impl ProcessGroup {
+    /// The group of this process alone: rank 0 of 1.
+    pub fn single() -> ProcessGroup {
+        let shared = Shared::new(crate::launch::DEFAULT_TIMEOUT);
+        let executor = Executor::Inline(std::sync::Mutex::new(Box::new(SingleEngine)));
+        Self::from_inner(Inner { rank: 0, world_size: 1, backend: Backend::Single, shared, executor, rendezvous: None })
+    }
+
+    /// `n` ranks inside this process, to be used one per thread (e.g. one per GPU): element
+    /// `r` of the result is rank `r`. Collectives meet in shared memory. The timeout comes
+    /// from `RNN_DIST_TIMEOUT`; a rank whose every handle is dropped (its thread returned or
+    /// panicked) makes the others' collectives fail at once instead of waiting.
+    pub fn threads(n: usize) -> Result<Vec<ProcessGroup>> {
+        if n == 0 {
+            return Err(Error::invalid("ProcessGroup::threads", "a group needs at least one rank"));
+        }
+        let timeout = crate::launch::timeout_from_env()?;
+        let rendezvous = Rendezvous::new(n, timeout);
+        (0..n)
+            .map(|rank| {
+                let shared = Shared::new(timeout);
+                let engine = ThreadEngine { rendezvous: rendezvous.clone(), rank };
+                let executor = Executor::spawn(format!("rnn-dist-rank{rank}"), shared.clone(), move || {
+                    Ok(Box::new(engine) as Box<dyn crate::engine::Engine>)
+                })?;
+                let backend = Backend::Threads;
+                let rendezvous = Some(rendezvous.clone());
+                Ok(Self::from_inner(Inner { rank, world_size: n, backend, shared, executor, rendezvous }))
+            })
+            .collect()
+    }
+
+    /// The group this process was launched into: under `mpirun` (or another MPI launcher) the
+    /// job's MPI world, one rank per process; otherwise the one-process group. Under a
+    /// launcher, a build without the `mpi` feature fails with an error saying so. MPI is
+    /// started once per process: later calls return the same group while a handle lives, and
+    /// MPI is finalized when the last handle is dropped (so keep one for the whole program).
+    pub fn from_env() -> Result<ProcessGroup> {
+        let launched = crate::launch::launcher_world_size();
+        #[cfg(feature = "mpi")]
+        if launched.is_some() {
+            return crate::mpi_engine::world_group();
+        }
+        match launched {
+            Some(n) if n > 1 => {
+                let size = if n == usize::MAX { "several".to_string() } else { n.to_string() };
+                Err(Error::invalid(
+                    "ProcessGroup::from_env",
+                    format!(
+                        "launched by an MPI launcher with {size} processes, but this build has no MPI: \
+                         rebuild with `--features mpi` (on rnn-dist, rnn or rnn-cli)"
+                    ),
+                ))
+            }
+            _ => Ok(ProcessGroup::single()),
+        }
+    }
+
+    pub(crate) fn from_inner(inner: Inner) -> ProcessGroup {
+        ProcessGroup { inner: Arc::new(inner) }
+    }
+
+    /// This rank's index, `0..world_size()`.
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+    pub fn world_size(&self) -> usize {
+        self.inner.world_size
+    }
+    /// Whether this is rank 0, the one that writes files and prints progress.
+    pub fn is_main(&self) -> bool {
+        self.inner.rank == 0
+    }
+    pub fn backend(&self) -> Backend {
+        self.inner.backend
+    }
+    /// How long a collective waits for the other ranks before failing.
+    pub fn timeout(&self) -> Duration {
+        self.inner.shared.timeout()
+    }
+    /// Sets this rank's timeout (for a thread group: every rank's, as they share a
+    /// rendezvous).
+    pub fn set_timeout(&self, timeout: Duration) {
+        self.inner.shared.set_timeout(timeout);
+        if let Some(rv) = &self.inner.rendezvous {
+            rv.set_timeout(timeout);
+        }
+    }
+    /// Why the group can no longer be used (a timeout or a lost rank), if it cannot.
+    pub fn broken(&self) -> Option<String> {
+        self.inner.shared.broken()
+    }
+
+    /// Queues a collective; `finish` turns the result buffer into what the caller gets.
+    pub(crate) fn submit<T>(
+        &self,
+        call: Call,
+        finish: impl FnOnce(Option<Buf>) -> Result<T> + Send + 'static,
+    ) -> Work<T> {
+        let op = call.collective.name();
+        let slot = self.inner.executor.submit(&self.inner.shared, call);
+        Work::new(slot, self.inner.shared.clone(), op, finish)
+    }
+
+    /// The invalid-argument message for `collective` on a buffer of `len` elements, if any.
+    fn check_args(&self, collective: Collective, len: usize) -> Option<String> {
+        let n = self.world_size();
+        match collective {
+            Collective::Broadcast { root } if root >= n => {
+                Some(format!("root {root} is not a rank of this group of {n}"))
+            }
+            Collective::ReduceScatter(_) if len % n != 0 => {
+                Some(format!("{len} elements cannot be split evenly among {n} ranks"))
+            }
+            _ => None,
+        }
+    }
+
+    fn call<T: CommElem>(&self, collective: Collective, data: Vec<T>) -> Call {
+        let invalid = self.check_args(collective, data.len());
+        Call { collective, buf: Some(T::into_buf(data)), invalid }
+    }
+
+    // ---- vectors and slices (f32, f64) ----
+
+    /// Starts an all_reduce of `data`; `wait` returns the reduced vector.
+    pub fn all_reduce_vec_async<T: CommElem>(&self, data: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
+        self.submit(self.call(Collective::AllReduce(op), data), unwrap_vec::<T>)
+    }
+
+    /// Reduces `data` over all ranks in place: afterwards every rank holds the element-wise
+    /// sum (or mean).
+    pub fn all_reduce_slice<T: CommElem>(&self, data: &mut [T], op: ReduceOp) -> Result<()> {
+        let reduced = self.all_reduce_vec_async(data.to_vec(), op).wait()?;
+        data.copy_from_slice(&reduced);
+        Ok(())
+    }
+
+    /// Replaces `data` with rank `root`'s `data` (every rank gives the same length).
+    pub fn broadcast_slice<T: CommElem>(&self, data: &mut [T], root: usize) -> Result<()> {
+        let received = self.submit(self.call(Collective::Broadcast { root }, data.to_vec()), unwrap_vec::<T>).wait()?;
+        data.copy_from_slice(&received);
+        Ok(())
+    }
+
+    /// Every rank's `data` (same length everywhere), concatenated in rank order.
+    pub fn all_gather_slice<T: CommElem>(&self, data: &[T]) -> Result<Vec<T>> {
+        self.submit(self.call(Collective::AllGather, data.to_vec()), unwrap_vec::<T>).wait()
+    }
+
+    /// Reduces `data` (whose length divides evenly among the ranks) over all ranks and
+    /// returns this rank's chunk of the result: elements `rank * len / n ..`.
+    pub fn reduce_scatter_slice<T: CommElem>(&self, data: &[T], op: ReduceOp) -> Result<Vec<T>> {
+        self.submit(self.call(Collective::ReduceScatter(op), data.to_vec()), unwrap_vec::<T>).wait()
+    }
+
+    /// Returns once every rank has called `barrier`.
+    pub fn barrier(&self) -> Result<()> {
+        let call = Call { collective: Collective::Barrier, buf: None, invalid: None };
+        self.submit(call, |_| Ok(())).wait()
+    }
+
+    // ---- tensors (CPU, wgpu and CUDA; f32 and f64) ----
+
+    /// Starts an all_reduce of `tensor`; `wait` returns a tensor of the same shape on the
+    /// same device holding the sum (or mean) over ranks. The tensor is staged through host
+    /// memory, except CUDA tensors with the `nccl` feature, which NCCL reduces on the GPU.
+    pub fn all_reduce_async(&self, tensor: &Tensor, op: ReduceOp) -> Work<Tensor> {
+        self.tensor_collective(tensor, Collective::AllReduce(op), tensor.shape().clone())
+    }
+
+    /// The sum (or mean) of `tensor` over all ranks, same shape, same device.
+    pub fn all_reduce(&self, tensor: &Tensor, op: ReduceOp) -> Result<Tensor> {
+        self.all_reduce_async(tensor, op).wait()
+    }
+
+    /// Rank `root`'s `tensor` (every rank gives one of the same shape and dtype).
+    pub fn broadcast(&self, tensor: &Tensor, root: usize) -> Result<Tensor> {
+        self.tensor_collective(tensor, Collective::Broadcast { root }, tensor.shape().clone()).wait()
+    }
+
+    /// Every rank's `tensor` (same shape everywhere) concatenated along dim 0 in rank order:
+    /// shape `[n * d0, ..]` (a scalar gives `[n]`).
+    pub fn all_gather(&self, tensor: &Tensor) -> Result<Tensor> {
+        let mut dims = tensor.dims().to_vec();
+        match dims.first_mut() {
+            Some(d0) => *d0 *= self.world_size(),
+            None => dims.push(self.world_size()),
+        }
+        self.tensor_collective(tensor, Collective::AllGather, Shape::from(dims)).wait()
+    }
+
+    /// The sum (or mean) over ranks of `tensor`, whose dim 0 divides evenly among the ranks,
+    /// and this rank's slice of it along dim 0: shape `[d0 / n, ..]`.
+    pub fn reduce_scatter(&self, tensor: &Tensor, op: ReduceOp) -> Result<Tensor> {
+        let mut dims = tensor.dims().to_vec();
+        let n = self.world_size();
+        let collective = Collective::ReduceScatter(op);
+        let invalid = match dims.first_mut() {
+            None => Some("a scalar cannot be scattered: give a tensor with a dim 0".to_string()),
+            Some(d0) if *d0 % n != 0 => Some(format!("dim 0 of shape {:?} does not divide among {n} ranks", tensor.dims())),
+            Some(d0) => {
+                *d0 /= n;
+                None
+            }
+        };
+        match invalid {
+            Some(msg) => self.submit(Call { collective, buf: None, invalid: Some(msg) }, unwrap_tensor_never).wait(),
+            None => self.tensor_collective(tensor, collective, Shape::from(dims)).wait(),
+        }
+    }
+
+    /// Stages `tensor` to the host (or hands it to NCCL), runs `collective` and returns the
+    /// result as a tensor of `out_shape` on the tensor's device.
+    fn tensor_collective(&self, tensor: &Tensor, collective: Collective, out_shape: Shape) -> Work<Tensor> {
+        #[cfg(feature = "nccl")]
+        if let Some(work) = crate::nccl_engine::try_tensor_collective(self, tensor, collective, &out_shape) {
+            return work;
+        }
+        let device = tensor.device();
+        let call = match host_buf(tensor) {
+            Ok(buf) => {
+                let invalid = self.check_args(collective, buf.len());
+                Call { collective, buf: Some(buf), invalid }
+            }
+            Err(e) => Call { collective, buf: None, invalid: Some(e.to_string()) },
+        };
+        self.submit(call, move |buf| {
+            let buf = buf.ok_or_else(|| Error::Msg("collective returned no data".into()))?;
+            match buf {
+                Buf::F32(v) => Tensor::from_vec(v, out_shape, device),
+                Buf::F64(v) => Tensor::from_vec(v, out_shape, device),
+            }
+        })
+    }
+}
+
+/// The tensor's elements on the host, for the element types collectives carry.
+fn host_buf(tensor: &Tensor) -> Result<Buf> {
+    match tensor.dtype() {
+        DType::F32 => Ok(Buf::F32(tensor.to_vec()?)),
+        DType::F64 => Ok(Buf::F64(tensor.to_vec()?)),
+        dtype => Err(Error::UnsupportedDType { op: "collective", dtype, hint: " (cast to f32 or f64 first)" }),
+    }
+}
+
+fn unwrap_vec<T: CommElem>(buf: Option<Buf>) -> Result<Vec<T>> {
+    buf.and_then(T::from_buf).ok_or_else(|| Error::Msg("collective returned data of another type".into()))
+}
+
+/// The finish of a call with invalid arguments: it always fails before reaching here.
+fn unwrap_tensor_never(_: Option<Buf>) -> Result<Tensor> {
+    Err(Error::Msg("collective with invalid arguments returned data".into()))
+}

@@ -1,0 +1,254 @@
+//! The communication thread of a rank and the handles of the collectives it runs.
+//!
+//! Every collective of a group goes through one queue, in the order the rank issued them, to
+//! one thread that owns the engine (for MPI: the only thread that calls MPI). A caller waits
+//! for its result with a deadline: if the running collective takes longer than the group's
+//! timeout (another rank failed, died or never came), the caller gets an error and the group
+//! is marked broken, even though the communication thread itself may stay blocked inside MPI.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rnn_core::{Error, Result};
+
+use crate::buffer::{Buf, Call};
+use crate::engine::Engine;
+
+type Outcome = Result<Option<Buf>>;
+
+/// Where a collective's outcome lands; the caller waits on it.
+#[derive(Default)]
+pub(crate) struct Slot {
+    outcome: Mutex<Option<Outcome>>,
+    ready: Condvar,
+}
+
+impl Slot {
+    fn filled(outcome: Outcome) -> Arc<Slot> {
+        Arc::new(Slot { outcome: Mutex::new(Some(outcome)), ready: Condvar::new() })
+    }
+    fn fill(&self, outcome: Outcome) {
+        *lock(&self.outcome) = Some(outcome);
+        self.ready.notify_all();
+    }
+}
+
+/// A mutex lock that survives a panic elsewhere (the data here stay consistent: every write
+/// is a single assignment).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What callers and the communication thread share.
+pub(crate) struct Shared {
+    /// Since when the collective now running has been running, and its name.
+    busy_since: Mutex<Option<(Instant, &'static str)>>,
+    /// Why the group can no longer be used, once it cannot.
+    broken: Mutex<Option<String>>,
+    /// False once the communication thread has ended.
+    alive: AtomicBool,
+    timeout_ms: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn new(timeout: Duration) -> Arc<Shared> {
+        Arc::new(Shared {
+            busy_since: Mutex::new(None),
+            broken: Mutex::new(None),
+            alive: AtomicBool::new(true),
+            timeout_ms: AtomicU64::new(timeout.as_millis().min(u64::MAX as u128) as u64),
+        })
+    }
+    pub(crate) fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
+    }
+    pub(crate) fn set_timeout(&self, timeout: Duration) {
+        self.timeout_ms.store(timeout.as_millis().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+    pub(crate) fn broken(&self) -> Option<String> {
+        lock(&self.broken).clone()
+    }
+    fn break_with(&self, why: String) {
+        lock(&self.broken).get_or_insert(why);
+    }
+}
+
+pub(crate) struct Job {
+    call: Call,
+    slot: Arc<Slot>,
+}
+
+/// How a rank's collectives are carried out.
+pub(crate) enum Executor {
+    /// On the caller's thread (the one-process group: nothing to wait for).
+    Inline(Mutex<Box<dyn Engine>>),
+    /// On the rank's communication thread.
+    Thread { jobs: Mutex<Option<Sender<Job>>>, thread: Mutex<Option<JoinHandle<()>>> },
+}
+
+impl Executor {
+    /// Starts the communication thread; `make_engine` runs on it (MPI is initialized by the
+    /// thread that will call it). Fails if the thread cannot start or the engine cannot be
+    /// made.
+    pub(crate) fn spawn<F>(name: String, shared: Arc<Shared>, make_engine: F) -> Result<Executor>
+    where
+        F: FnOnce() -> Result<Box<dyn Engine>> + Send + 'static,
+    {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let (started, start_result) = mpsc::channel::<Result<()>>();
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                let _alive = AliveGuard(shared.clone());
+                let mut engine = match make_engine() {
+                    Ok(engine) => engine,
+                    Err(e) => return drop(started.send(Err(e))),
+                };
+                drop(started.send(Ok(())));
+                for job in queue {
+                    let outcome = run_job(&shared, engine.as_mut(), job.call);
+                    job.slot.fill(outcome);
+                }
+            })
+            .map_err(|e| Error::Msg(format!("cannot start the communication thread: {e}")))?;
+        match start_result.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(Error::Msg("the communication thread ended while starting".into())),
+        }
+        Ok(Executor::Thread { jobs: Mutex::new(Some(jobs)), thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Queues `call` (or runs it, inline) and returns the slot its outcome lands in.
+    pub(crate) fn submit(&self, shared: &Shared, call: Call) -> Arc<Slot> {
+        if let Some(why) = shared.broken() {
+            return Slot::filled(Err(broken_error(call.collective.name(), &why)));
+        }
+        match self {
+            Executor::Inline(engine) => Slot::filled(lock(engine).run(call)),
+            Executor::Thread { jobs, .. } => {
+                let slot = Arc::new(Slot::default());
+                let job = Job { call, slot: slot.clone() };
+                let sent = lock(jobs).as_ref().map(|tx| tx.send(job));
+                if !matches!(sent, Some(Ok(()))) {
+                    slot.fill(Err(Error::Msg("the group's communication thread has ended".into())));
+                }
+                slot
+            }
+        }
+    }
+
+    /// Ends the communication thread after the queued collectives, unless the group is
+    /// broken: then the thread may be blocked in a collective that will never complete, and
+    /// is left behind (the process is expected to exit with the error).
+    pub(crate) fn shut_down(&self, shared: &Shared) {
+        if let Executor::Thread { jobs, thread } = self {
+            lock(jobs).take();
+            let handle = lock(thread).take();
+            if let Some(handle) = handle.filter(|_| shared.broken().is_none()) {
+                drop(handle.join());
+            }
+        }
+    }
+}
+
+fn run_job(shared: &Shared, engine: &mut dyn Engine, call: Call) -> Outcome {
+    let name = call.collective.name();
+    if let Some(why) = shared.broken() {
+        return Err(broken_error(name, &why));
+    }
+    *lock(&shared.busy_since) = Some((Instant::now(), name));
+    let outcome = engine.run(call);
+    *lock(&shared.busy_since) = None;
+    if let Some(why) = engine.broken() {
+        shared.break_with(why);
+    }
+    outcome
+}
+
+fn broken_error(op: &'static str, why: &str) -> Error {
+    Error::invalid(op, format!("the process group is broken by an earlier failure: {why}"))
+}
+
+/// Marks the communication thread as ended, however it ends.
+struct AliveGuard(Arc<Shared>);
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.alive.store(false, Ordering::SeqCst);
+        if std::thread::panicking() {
+            self.0.break_with("the communication thread panicked".into());
+        }
+    }
+}
+
+/// A collective under way: `wait` returns its result. Dropping it without waiting lets the
+/// collective complete unobserved (it still counts in the group's order of calls).
+#[must_use = "a collective's result (or error) is read with `wait`"]
+pub struct Work<T> {
+    slot: Arc<Slot>,
+    shared: Arc<Shared>,
+    op: &'static str,
+    finish: Box<dyn FnOnce(Option<Buf>) -> Result<T> + Send>,
+}
+
+impl<T> Work<T> {
+    pub(crate) fn new(
+        slot: Arc<Slot>,
+        shared: Arc<Shared>,
+        op: &'static str,
+        finish: impl FnOnce(Option<Buf>) -> Result<T> + Send + 'static,
+    ) -> Work<T> {
+        Work { slot, shared, op, finish: Box::new(finish) }
+    }
+
+    /// Whether the collective has finished (successfully or not): `wait` will not block.
+    pub fn is_done(&self) -> bool {
+        lock(&self.slot.outcome).is_some()
+    }
+
+    /// Blocks until the collective finishes and returns its result. Fails with a timeout
+    /// error when the collective running on this rank's communication thread (this one or one
+    /// issued before it) has been running longer than the group's timeout: another rank
+    /// failed, died or never made the matching call. The group is broken after that.
+    pub fn wait(self) -> Result<T> {
+        let outcome = wait_slot(&self.slot, &self.shared, self.op)?;
+        (self.finish)(outcome)
+    }
+}
+
+fn wait_slot(slot: &Slot, shared: &Shared, op: &'static str) -> Outcome {
+    // How often a waiter looks at the deadline; completion itself wakes it at once.
+    const POLL: Duration = Duration::from_millis(100);
+    let mut outcome = lock(&slot.outcome);
+    loop {
+        if let Some(result) = outcome.take() {
+            return result;
+        }
+        if let Some(why) = shared.broken() {
+            return Err(broken_error(op, &why));
+        }
+        if !shared.alive.load(Ordering::SeqCst) {
+            return Err(Error::Msg(format!("{op}: the group's communication thread has ended")));
+        }
+        if let Some((since, running)) = *lock(&shared.busy_since) {
+            let timeout = shared.timeout();
+            if since.elapsed() > timeout {
+                let why = timeout_message(running, timeout);
+                shared.break_with(why.clone());
+                return Err(Error::Msg(format!("{op}: {why}")));
+            }
+        }
+        outcome = slot.ready.wait_timeout(outcome, POLL).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
+    }
+}
+
+pub(crate) fn timeout_message(running: &str, timeout: Duration) -> String {
+    format!(
+        "{running} did not complete within {:.1} s: another rank failed, died or never made the \
+         matching call (the limit is set by RNN_DIST_TIMEOUT in seconds or ProcessGroup::set_timeout)",
+        timeout.as_secs_f64()
+    )
+}

@@ -114,17 +114,6 @@ impl Buf {
             _ => Buf::F32(parts.iter().flat_map(|p| as_f32(p)).copied().collect()),
         }
     }
-
-    /// A buffer of `n` zeros of `dtype`, failing cleanly when memory runs out.
-    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-    pub(crate) fn zeros(dtype: DType, n: usize) -> Result<Buf> {
-        fn filled<T: Clone>(n: usize, zero: T) -> Result<Vec<T>> {
-            let mut v = rnn_core::try_vec(n)?;
-            v.resize(n, zero);
-            Ok(v)
-        }
-        Ok(if dtype == DType::F64 { Buf::F64(filled(n, 0.0)?) } else { Buf::F32(filled(n, 0.0)?) })
-    }
 }
 
 fn as_f32(b: &Buf) -> &[f32] {
@@ -206,7 +195,10 @@ impl Call {
             return Err(Error::invalid(op, msg.clone()));
         }
         if hi[4] != 0 {
-            return Err(Error::invalid(op, "another rank gave invalid arguments (see its error); no data was exchanged"));
+            return Err(Error::invalid(
+                op,
+                "another rank gave invalid arguments (see its error); no data was exchanged",
+            ));
         }
         if lo == hi {
             return Ok(());

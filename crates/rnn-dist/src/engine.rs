@@ -7,7 +7,7 @@ use rnn_core::Result;
 
 use crate::buffer::{Buf, Call, Collective};
 
-pub(crate) trait Engine: Send {
+pub(crate) trait Engine {
     /// Compares `call`'s header with every other rank's, then runs it. The returned buffer
     /// is this rank's result (none for a barrier).
     fn run(&mut self, call: Call) -> Result<Option<Buf>>;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rnn_core::{DType, Error, Result, Shape, Tensor};
 
-use crate::buffer::{Buf, Call, CommElem, Collective, ReduceOp};
+use crate::buffer::{Buf, Call, Collective, CommElem, ReduceOp};
 use crate::engine::SingleEngine;
 use crate::threads::{Rendezvous, ThreadEngine};
 use crate::worker::{Executor, Shared, Work};
@@ -46,6 +46,19 @@ pub(crate) struct Inner {
     rendezvous: Option<Arc<Rendezvous>>,
 }
 
+impl Inner {
+    pub(crate) fn new(
+        rank: usize,
+        world_size: usize,
+        backend: Backend,
+        shared: Arc<Shared>,
+        executor: Executor,
+        rendezvous: Option<Arc<Rendezvous>>,
+    ) -> Inner {
+        Inner { rank, world_size, backend, shared, executor, rendezvous }
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         self.executor.shut_down(&self.shared);
@@ -64,7 +77,7 @@ impl ProcessGroup {
     pub fn single() -> ProcessGroup {
         let shared = Shared::new(crate::launch::DEFAULT_TIMEOUT);
         let executor = Executor::Inline(std::sync::Mutex::new(Box::new(SingleEngine)));
-        Self::from_inner(Inner { rank: 0, world_size: 1, backend: Backend::Single, shared, executor, rendezvous: None })
+        Self::from_inner(Inner::new(0, 1, Backend::Single, shared, executor, None))
     }
 
     /// `n` ranks inside this process, to be used one per thread (e.g. one per GPU): element
@@ -84,9 +97,8 @@ impl ProcessGroup {
                 let executor = Executor::spawn(format!("rnn-dist-rank{rank}"), shared.clone(), move || {
                     Ok(Box::new(engine) as Box<dyn crate::engine::Engine>)
                 })?;
-                let backend = Backend::Threads;
-                let rendezvous = Some(rendezvous.clone());
-                Ok(Self::from_inner(Inner { rank, world_size: n, backend, shared, executor, rendezvous }))
+                let inner = Inner::new(rank, n, Backend::Threads, shared, executor, Some(rendezvous.clone()));
+                Ok(Self::from_inner(inner))
             })
             .collect()
     }
@@ -119,6 +131,14 @@ impl ProcessGroup {
 
     pub(crate) fn from_inner(inner: Inner) -> ProcessGroup {
         ProcessGroup { inner: Arc::new(inner) }
+    }
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    pub(crate) fn from_arc(inner: Arc<Inner>) -> ProcessGroup {
+        ProcessGroup { inner }
+    }
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
     }
 
     /// This rank's index, `0..world_size()`.
@@ -259,7 +279,9 @@ impl ProcessGroup {
         let collective = Collective::ReduceScatter(op);
         let invalid = match dims.first_mut() {
             None => Some("a scalar cannot be scattered: give a tensor with a dim 0".to_string()),
-            Some(d0) if *d0 % n != 0 => Some(format!("dim 0 of shape {:?} does not divide among {n} ranks", tensor.dims())),
+            Some(d0) if *d0 % n != 0 => {
+                Some(format!("dim 0 of shape {:?} does not divide among {n} ranks", tensor.dims()))
+            }
             Some(d0) => {
                 *d0 /= n;
                 None
@@ -274,10 +296,6 @@ impl ProcessGroup {
     /// Stages `tensor` to the host (or hands it to NCCL), runs `collective` and returns the
     /// result as a tensor of `out_shape` on the tensor's device.
     fn tensor_collective(&self, tensor: &Tensor, collective: Collective, out_shape: Shape) -> Work<Tensor> {
-        #[cfg(feature = "nccl")]
-        if let Some(work) = crate::nccl_engine::try_tensor_collective(self, tensor, collective, &out_shape) {
-            return work;
-        }
         let device = tensor.device();
         let call = match host_buf(tensor) {
             Ok(buf) => {

@@ -127,23 +127,23 @@ impl ThreadEngine {
             }
             let missing: Vec<usize> = (0..rv.size).filter(|&r| state.headers[r].is_none()).collect();
             if let Some(&gone) = missing.iter().find(|&&r| state.departed[r]) {
-                let why = format!("rank {gone} left the group (its thread ended or dropped its ProcessGroup)");
-                return Err(break_rendezvous(rv, &mut state, op, why));
+                let why = format!("{op}: rank {gone} left the group (its thread ended or dropped its ProcessGroup)");
+                return Err(break_rendezvous(rv, &mut state, why));
             }
             let timeout = Duration::from_millis(rv.timeout_ms.load(Ordering::Relaxed));
             let Some(left) = timeout.checked_sub(started.elapsed()) else {
-                let why = format!("{} (ranks {missing:?} did not arrive)", timeout_message(op, timeout));
-                return Err(break_rendezvous(rv, &mut state, op, why));
+                let why = format!("{op} {} (ranks {missing:?} did not arrive)", timeout_message(timeout));
+                return Err(break_rendezvous(rv, &mut state, why));
             };
             state = rv.changed.wait_timeout(state, left).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
         }
     }
 }
 
-fn break_rendezvous(rv: &Rendezvous, state: &mut State, op: &'static str, why: String) -> Error {
+fn break_rendezvous(rv: &Rendezvous, state: &mut State, why: String) -> Error {
     state.broken.get_or_insert(why.clone());
     rv.changed.notify_all();
-    Error::Msg(format!("{op}: {why}"))
+    Error::Msg(why)
 }
 
 /// Compares the deposited headers, computes the collective and clears the deposits.

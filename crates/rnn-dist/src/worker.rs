@@ -84,7 +84,7 @@ pub(crate) struct Job {
 /// How a rank's collectives are carried out.
 pub(crate) enum Executor {
     /// On the caller's thread (the one-process group: nothing to wait for).
-    Inline(Mutex<Box<dyn Engine>>),
+    Inline(Mutex<Box<dyn Engine + Send>>),
     /// On the rank's communication thread.
     Thread { jobs: Mutex<Option<Sender<Job>>>, thread: Mutex<Option<JoinHandle<()>>> },
 }
@@ -236,18 +236,20 @@ fn wait_slot(slot: &Slot, shared: &Shared, op: &'static str) -> Outcome {
         if let Some((since, running)) = *lock(&shared.busy_since) {
             let timeout = shared.timeout();
             if since.elapsed() > timeout {
-                let why = timeout_message(running, timeout);
+                let why = format!("{running} {}", timeout_message(timeout));
                 shared.break_with(why.clone());
-                return Err(Error::Msg(format!("{op}: {why}")));
+                let msg = if op == running { why } else { format!("{op}: queued behind {why}") };
+                return Err(Error::Msg(msg));
             }
         }
         outcome = slot.ready.wait_timeout(outcome, POLL).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
     }
 }
 
-pub(crate) fn timeout_message(running: &str, timeout: Duration) -> String {
+/// What a collective that timed out says after its name.
+pub(crate) fn timeout_message(timeout: Duration) -> String {
     format!(
-        "{running} did not complete within {:.1} s: another rank failed, died or never made the \
+        "did not complete within {:.1} s: another rank failed, died or never made the \
          matching call (the limit is set by RNN_DIST_TIMEOUT in seconds or ProcessGroup::set_timeout)",
         timeout.as_secs_f64()
     )

@@ -3,6 +3,8 @@
 //! `mpi_launch`). Failures (mismatched calls, a rank that leaves, a rank that never comes)
 //! end in errors on every rank within the timeout, never in a hang.
 
+#[cfg(feature = "mpi")]
+mod mpi_launch;
 mod suite;
 
 use std::time::{Duration, Instant};
@@ -59,31 +61,7 @@ fn from_env_without_a_launcher_is_the_single_group() -> Result<()> {
 
 #[test]
 fn mismatched_calls_fail_on_every_rank_and_the_group_goes_on() -> Result<()> {
-    let errors = on_threads(3, |g| {
-        let rank = g.rank();
-        let mut errs = Vec::new();
-        // Different lengths, different dtypes, different collectives.
-        errs.push(g.all_reduce_slice(&mut vec![1.0f32; 4 + rank / 2], ReduceOp::Sum).unwrap_err().to_string());
-        errs.push(if rank == 0 {
-            g.all_reduce_slice(&mut [1.0f64; 4], ReduceOp::Sum).unwrap_err().to_string()
-        } else {
-            g.all_reduce_slice(&mut [1.0f32; 4], ReduceOp::Sum).unwrap_err().to_string()
-        });
-        errs.push(
-            if rank == 2 { g.barrier() } else { g.all_gather_slice(&[1.0f32]).map(drop) }.unwrap_err().to_string(),
-        );
-        // Still usable afterwards.
-        let mut ok = [rank as f32];
-        g.all_reduce_slice(&mut ok, ReduceOp::Sum).map(|_| (errs, ok[0]))
-    });
-    for result in errors {
-        let (errs, sum) = result?;
-        assert_eq!(sum, 3.0);
-        assert!(errs[0].contains("different element counts (from 4 to 5)"), "{}", errs[0]);
-        assert!(errs[1].contains("different dtypes"), "{}", errs[1]);
-        assert!(errs[2].contains("different collectives"), "{}", errs[2]);
-    }
-    Ok(())
+    all_ok(on_threads(3, |g| suite::mismatches(&g)))
 }
 
 #[test]

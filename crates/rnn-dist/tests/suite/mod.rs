@@ -146,3 +146,35 @@ pub fn all(g: &ProcessGroup) -> Result<()> {
     slices::<f64>(g)?;
     tensors(g, Device::Cpu)
 }
+
+/// Calls that disagree across ranks (lengths, dtypes, collectives) fail on every rank with
+/// the cause, and the group is still usable afterwards. Needs at least 2 ranks.
+pub fn mismatches(g: &ProcessGroup) -> Result<()> {
+    let (rank, n) = (g.rank(), g.world_size());
+    let last = rank == n - 1;
+    let lengths = g.all_reduce_slice(&mut vec![1.0f32; 4 + last as usize], ReduceOp::Sum);
+    let dtypes = if last {
+        g.all_reduce_slice(&mut [1.0f64; 4], ReduceOp::Sum)
+    } else {
+        g.all_reduce_slice(&mut [1.0f32; 4], ReduceOp::Sum)
+    };
+    let collectives = if last { g.barrier() } else { g.all_gather_slice(&[1.0f32]).map(drop) };
+    let expected = [
+        (lengths, "different element counts (from 4 to 5)"),
+        (dtypes, "different dtypes"),
+        (collectives, "different collectives"),
+    ];
+    for (result, want) in expected {
+        let err = result.err().map(|e| e.to_string()).unwrap_or_default();
+        if !err.contains(want) {
+            return Err(rnn_core::Error::Msg(format!("rank {rank}: expected an error with {want:?}, got {err:?}")));
+        }
+    }
+    let mut ok = [rank as f32];
+    g.all_reduce_slice(&mut ok, ReduceOp::Sum)?;
+    let want = (n * (n - 1) / 2) as f32;
+    if ok[0] != want {
+        return Err(rnn_core::Error::Msg(format!("after the mismatches: sum {} instead of {want}", ok[0])));
+    }
+    Ok(())
+}

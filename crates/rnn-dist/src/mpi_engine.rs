@@ -1,0 +1,151 @@
+//! The MPI engine: one rank per process, launched by `mpirun`. MPI is initialized, used and
+//! finalized by the group's communication thread alone (`MPI_THREAD_FUNNELED`), so the
+//! training threads never call MPI and a blocked collective never blocks them past the
+//! timeout (see `worker`).
+
+use std::sync::{Arc, Mutex, Weak};
+
+use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
+use mpi::environment::Universe;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::Threading;
+use rnn_core::{Error, Result};
+
+use crate::buffer::{Buf, Call, Collective, ReduceOp, HEADER_WORDS};
+use crate::engine::Engine;
+use crate::group::{Backend, Inner, ProcessGroup};
+use crate::worker::{lock, Executor, Shared};
+
+/// The world group while a handle lives, and whether MPI was ever started (it cannot start
+/// twice in one process).
+static WORLD: Mutex<(Option<Weak<Inner>>, bool)> = Mutex::new((None, false));
+
+/// The job's MPI world, started on first use and shared by later calls while it lives.
+pub(crate) fn world_group() -> Result<ProcessGroup> {
+    let mut world = lock(&WORLD);
+    if let Some(inner) = world.0.as_ref().and_then(Weak::upgrade) {
+        return Ok(ProcessGroup::from_arc(inner));
+    }
+    if world.1 {
+        return Err(Error::invalid(
+            "ProcessGroup::from_env",
+            "MPI was finalized when the last handle of the group was dropped, and MPI cannot start twice \
+             in one process: keep one ProcessGroup for the whole program",
+        ));
+    }
+    let timeout = crate::launch::timeout_from_env()?;
+    let shared = Shared::new(timeout);
+    let (tell, told) = std::sync::mpsc::channel();
+    let executor = Executor::spawn("rnn-dist-mpi".into(), shared.clone(), move || {
+        let engine = MpiEngine::start()?;
+        let _ = tell.send((engine.world.rank() as usize, engine.world.size() as usize));
+        Ok(Box::new(engine) as Box<dyn Engine>)
+    })?;
+    world.1 = true;
+    let (rank, world_size) = told.recv().map_err(|_| Error::Msg("MPI did not start".into()))?;
+    let group = ProcessGroup::from_inner(Inner::new(rank, world_size, Backend::Mpi, shared, executor, None));
+    world.0 = Some(Arc::downgrade(group.inner()));
+    Ok(group)
+}
+
+pub(crate) struct MpiEngine {
+    world: SimpleCommunicator,
+    // Dropped last: finalizes MPI.
+    _universe: Universe,
+}
+
+impl MpiEngine {
+    fn start() -> Result<MpiEngine> {
+        let (universe, _level) = mpi::initialize_with_threading(Threading::Funneled).ok_or_else(|| {
+            Error::invalid("ProcessGroup::from_env", "MPI was already initialized by other code in this process")
+        })?;
+        Ok(MpiEngine { world: universe.world(), _universe: universe })
+    }
+
+    /// The smallest and largest header over all ranks, in one all_reduce (the max of the
+    /// header and of its negation).
+    fn exchange_headers(&self, header: [i64; HEADER_WORDS]) -> ([i64; HEADER_WORDS], [i64; HEADER_WORDS]) {
+        let mut both = [0i64; 2 * HEADER_WORDS];
+        for (i, &h) in header.iter().enumerate() {
+            both[i] = h;
+            both[HEADER_WORDS + i] = -h;
+        }
+        let mut max = [0i64; 2 * HEADER_WORDS];
+        self.world.all_reduce_into(&both[..], &mut max[..], SystemOperation::max());
+        let hi: [i64; HEADER_WORDS] = std::array::from_fn(|i| max[i]);
+        let lo: [i64; HEADER_WORDS] = std::array::from_fn(|i| -max[HEADER_WORDS + i]);
+        (lo, hi)
+    }
+}
+
+/// Runs `$body` with `$v` the buffer's vector and `$out` a new vector of `$n` zeros of the
+/// same element type; the result is `$out` wrapped back into a buffer.
+macro_rules! into_new {
+    ($buf:expr, $n:expr, |$v:ident, $out:ident| $body:expr) => {
+        match $buf {
+            Buf::F32($v) => {
+                let mut $out = vec![0f32; $n];
+                $body;
+                Buf::F32($out)
+            }
+            Buf::F64($v) => {
+                let mut $out = vec![0f64; $n];
+                $body;
+                Buf::F64($out)
+            }
+        }
+    };
+}
+
+impl Engine for MpiEngine {
+    fn run(&mut self, call: Call) -> Result<Option<Buf>> {
+        let (lo, hi) = self.exchange_headers(call.header());
+        call.check_agreement(&lo, &hi)?;
+        let Some(buf) = call.buf else {
+            self.world.barrier();
+            return Ok(None);
+        };
+        let n = self.world.size() as usize;
+        let len = buf.len();
+        // MPI counts are C ints; the length agrees on every rank, so every rank fails here.
+        if len.saturating_mul(n) > i32::MAX as usize {
+            let msg = format!("{len} elements per rank exceed MPI's count limit: split the buffer");
+            return Err(Error::invalid(call.collective.name(), msg));
+        }
+        let world = &self.world;
+        let out = match call.collective {
+            Collective::AllReduce(op) => {
+                let sum =
+                    into_new!(&buf, len, |v, out| world.all_reduce_into(&v[..], &mut out[..], SystemOperation::sum()));
+                mean_if(sum, op, n)
+            }
+            Collective::Broadcast { root } => {
+                let mut buf = buf;
+                let root = world.process_at_rank(root as i32);
+                match &mut buf {
+                    Buf::F32(v) => root.broadcast_into(&mut v[..]),
+                    Buf::F64(v) => root.broadcast_into(&mut v[..]),
+                }
+                buf
+            }
+            Collective::AllGather => into_new!(&buf, len * n, |v, out| world.all_gather_into(&v[..], &mut out[..])),
+            Collective::ReduceScatter(op) => {
+                let part = into_new!(&buf, len / n, |v, out| world.reduce_scatter_block_into(
+                    &v[..],
+                    &mut out[..],
+                    SystemOperation::sum()
+                ));
+                mean_if(part, op, n)
+            }
+            Collective::Barrier => buf,
+        };
+        Ok(Some(out))
+    }
+}
+
+fn mean_if(mut sum: Buf, op: ReduceOp, n: usize) -> Buf {
+    if op == ReduceOp::Mean {
+        sum.divide(n);
+    }
+    sum
+}

@@ -218,3 +218,107 @@ fn sharded_batches_split_each_global_batch() -> Result<()> {
     assert!(Batches::sharded(0, 2, true, 1, 0, 0, 4).is_err(), "no samples");
     Ok(())
 }
+
+/// The same equivalences across processes: each test starts `mpirun` on this test binary,
+/// which runs a `child_*` test (ignored in a plain run) as every rank; the ranks write their
+/// final weights to files that the parent compares. OpenMPI over localhost, oversubscribed.
+#[cfg(feature = "mpi")]
+mod mpi {
+    use super::*;
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Output};
+
+    const F64_BATCH: usize = 3;
+    const F32_BATCH: usize = 4;
+    const F32_EPOCHS: usize = 2;
+    const DIR_VAR: &str = "RNN_TEST_MPI_DIR";
+
+    fn mpirun(np: usize, child: &str, dir: &Path) -> String {
+        let exe = std::env::current_exe().expect("test binary path");
+        let mut cmd = Command::new("mpirun");
+        cmd.args(["-np", &np.to_string(), "--oversubscribe", "-x", &format!("{DIR_VAR}={}", dir.display())]);
+        cmd.arg(exe).args(["--ignored", "--exact", "--nocapture", "--test-threads=1", &format!("mpi::{child}")]);
+        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        let output: Output = cmd.output().expect("mpirun could not start: install OpenMPI (openmpi-bin)");
+        let log = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(output.status.success(), "{np} ranks of {child}:\n{log}");
+        assert_eq!(log.matches("test result: ok. 1 passed").count(), np, "{log}");
+        log
+    }
+
+    fn file(dir: &Path, what: &str, np: usize, rank: usize) -> PathBuf {
+        dir.join(format!("{what}-{np}-{rank}.txt"))
+    }
+
+    fn write<T: std::fmt::Debug>(path: PathBuf, values: &[T]) {
+        let text: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
+        std::fs::write(path, text.join(" ")).expect("write the rank's weights");
+    }
+
+    fn read<T: std::str::FromStr>(path: PathBuf) -> Vec<T> {
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        text.split(' ').map(|v| v.parse().ok().expect("a number")).collect()
+    }
+
+    /// The child's group, or `None` outside mpirun (a plain `--ignored` run).
+    fn child_group() -> Option<(ProcessGroup, PathBuf)> {
+        rnn_dist::launch::launcher_world_size()?;
+        let dir = PathBuf::from(std::env::var(DIR_VAR).ok()?);
+        Some((ProcessGroup::from_env().expect("the MPI group"), dir))
+    }
+
+    fn f32_samples(np: usize) -> usize {
+        STEPS / F32_EPOCHS * np * F32_BATCH
+    }
+
+    #[test]
+    fn mpi_ranks_step_as_one_rank_with_the_whole_batch() -> Result<()> {
+        let dir = std::env::temp_dir().join(format!("rnn-mpi-training-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary folder");
+        for np in [2, 4] {
+            mpirun(np, "child_train", &dir);
+            let single = on_ranks(1, |g| f64_steps(g, np * F64_BATCH)).pop().expect("one rank")?.concat();
+            let (single32, _) = train_network(None, f32_samples(np), np * F32_BATCH, F32_EPOCHS)?;
+            let rank0: Vec<f64> = read(file(&dir, "f64", np, 0));
+            let rank0_32: Vec<f32> = read(file(&dir, "f32", np, 0));
+            for rank in 1..np {
+                assert_eq!(read::<f64>(file(&dir, "f64", np, rank)), rank0, "f64 rank {rank} of {np}");
+                assert_eq!(read::<f32>(file(&dir, "f32", np, rank)), rank0_32, "f32 rank {rank} of {np}");
+            }
+            let err = max_rel_diff(&rank0, &single);
+            assert!(err < 1e-12, "f64, {np} processes vs one: {err:e}");
+            let (a, b): (Vec<f64>, Vec<f64>) =
+                rank0_32.iter().zip(&single32).map(|(x, y)| (*x as f64, *y as f64)).unzip();
+            let err = max_rel_diff(&a, &b);
+            assert!(err < 1e-4, "f32, {np} processes vs one: {err:e}");
+        }
+        let log = mpirun(2, "child_mismatch", &dir);
+        assert_eq!(log.matches("disagree on the model").count(), 2, "{log}");
+        std::fs::remove_dir_all(&dir).ok();
+        Ok(())
+    }
+
+    #[test]
+    #[ignore = "a rank of mpi_ranks_step_as_one_rank_with_the_whole_batch"]
+    fn child_train() -> Result<()> {
+        let Some((g, dir)) = child_group() else { return Ok(()) };
+        let (np, rank) = (g.world_size(), g.rank());
+        assert_eq!(g.backend(), rnn_dist::Backend::Mpi);
+        write(file(&dir, "f64", np, rank), &f64_steps(g.clone(), F64_BATCH)?.concat());
+        let (weights, _) = train_network(Some(g), f32_samples(np), F32_BATCH, F32_EPOCHS)?;
+        write(file(&dir, "f32", np, rank), &weights);
+        Ok(())
+    }
+
+    #[test]
+    #[ignore = "a rank of mpi_ranks_step_as_one_rank_with_the_whole_batch"]
+    fn child_mismatch() -> Result<()> {
+        let Some((g, _)) = child_group() else { return Ok(()) };
+        let data = synthetic_digits(32, 1)?;
+        let mut net = classifier(8 + 4 * g.rank())?;
+        let config = TrainingConfig { distributed: Some(DataParallel::new(g)), ..config(4, 1) };
+        let err = net.train(&data.inputs, &data.labels, &config).expect_err("different models must not train");
+        println!("{err}");
+        Ok(())
+    }
+}

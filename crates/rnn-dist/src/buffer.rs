@@ -170,20 +170,8 @@ pub const HEADER_WORDS: usize = 5;
 
 impl Call {
     pub fn header(&self) -> [i64; HEADER_WORDS] {
-        let (kind, detail) = match self.collective {
-            Collective::AllReduce(op) => (1, op as i64),
-            Collective::Broadcast { root } => (2, root as i64),
-            Collective::AllGather => (3, 0),
-            Collective::ReduceScatter(op) => (4, op as i64),
-            Collective::Barrier => (5, 0),
-        };
-        let dtype = match self.buf.as_ref().map(Buf::dtype) {
-            Some(DType::F32) => 1,
-            Some(DType::F64) => 2,
-            _ => 0,
-        };
-        let len = self.buf.as_ref().map_or(0, |b| b.len() as i64);
-        [kind, detail, dtype, len, self.invalid.is_some() as i64]
+        let len = self.buf.as_ref().map_or(0, Buf::len);
+        header_of(self.collective, self.buf.as_ref().map(Buf::dtype), len, self.invalid.is_some())
     }
 
     /// The error for this rank once the headers have been compared: its own invalid
@@ -215,4 +203,21 @@ impl Call {
         };
         Err(Error::invalid(op, format!("{what}; no data was exchanged")))
     }
+}
+
+/// The header of a call of `collective` on `len` elements of `dtype` (none for a barrier).
+pub fn header_of(collective: Collective, dtype: Option<DType>, len: usize, invalid: bool) -> [i64; HEADER_WORDS] {
+    let (kind, detail) = match collective {
+        Collective::AllReduce(op) => (1, op as i64),
+        Collective::Broadcast { root } => (2, root as i64),
+        Collective::AllGather => (3, 0),
+        Collective::ReduceScatter(op) => (4, op as i64),
+        Collective::Barrier => (5, 0),
+    };
+    let dtype = match dtype {
+        Some(DType::F32) => 1,
+        Some(DType::F64) => 2,
+        _ => 0,
+    };
+    [kind, detail, dtype, len as i64, invalid as i64]
 }

@@ -44,6 +44,9 @@ pub(crate) struct Inner {
     executor: Executor,
     /// For a thread group: the rendezvous, whose timeout `set_timeout` also sets.
     rendezvous: Option<Arc<Rendezvous>>,
+    /// NCCL communicators, made at the first CUDA collective.
+    #[cfg(feature = "nccl")]
+    nccl: crate::nccl_engine::Comms,
 }
 
 impl Inner {
@@ -55,7 +58,16 @@ impl Inner {
         executor: Executor,
         rendezvous: Option<Arc<Rendezvous>>,
     ) -> Inner {
-        Inner { rank, world_size, backend, shared, executor, rendezvous }
+        Inner {
+            rank,
+            world_size,
+            backend,
+            shared,
+            executor,
+            rendezvous,
+            #[cfg(feature = "nccl")]
+            nccl: Default::default(),
+        }
     }
 }
 
@@ -140,6 +152,14 @@ impl ProcessGroup {
     pub(crate) fn inner(&self) -> &Arc<Inner> {
         &self.inner
     }
+    #[cfg_attr(not(feature = "nccl"), allow(dead_code))]
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+    #[cfg(feature = "nccl")]
+    pub(crate) fn nccl_comms(&self) -> &crate::nccl_engine::Comms {
+        &self.inner.nccl
+    }
 
     /// This rank's index, `0..world_size()`.
     pub fn rank(&self) -> usize {
@@ -184,7 +204,7 @@ impl ProcessGroup {
     }
 
     /// The invalid-argument message for `collective` on a buffer of `len` elements, if any.
-    fn check_args(&self, collective: Collective, len: usize) -> Option<String> {
+    pub(crate) fn check_args(&self, collective: Collective, len: usize) -> Option<String> {
         let n = self.world_size();
         match collective {
             Collective::Broadcast { root } if root >= n => {
@@ -296,6 +316,10 @@ impl ProcessGroup {
     /// Stages `tensor` to the host (or hands it to NCCL), runs `collective` and returns the
     /// result as a tensor of `out_shape` on the tensor's device.
     fn tensor_collective(&self, tensor: &Tensor, collective: Collective, out_shape: Shape) -> Work<Tensor> {
+        #[cfg(feature = "nccl")]
+        if let Some(work) = crate::nccl_engine::try_tensor_collective(self, tensor, collective, &out_shape) {
+            return work;
+        }
         let device = tensor.device();
         let call = match host_buf(tensor) {
             Ok(buf) => {

@@ -49,6 +49,8 @@ mod group;
 pub mod launch;
 #[cfg(feature = "mpi")]
 mod mpi_engine;
+#[cfg(feature = "nccl")]
+mod nccl_engine;
 mod threads;
 mod worker;
 

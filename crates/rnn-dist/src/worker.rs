@@ -27,7 +27,7 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    fn filled(outcome: Outcome) -> Arc<Slot> {
+    pub(crate) fn filled(outcome: Outcome) -> Arc<Slot> {
         Arc::new(Slot { outcome: Mutex::new(Some(outcome)), ready: Condvar::new() })
     }
     fn fill(&self, outcome: Outcome) {

@@ -26,7 +26,7 @@ pub use compile::{
 pub use context::device_count;
 pub use profile::{record_timing_event, CudaTimingEvent};
 pub use storage::CudaStorage;
-pub use user_kernel::{compile_user_kernel, launch_user_kernel};
+pub use user_kernel::{compile_user_kernel, launch_user_kernel, with_device_buffers};
 
 /// What the driver reports about one CUDA device.
 #[derive(Clone, Debug, PartialEq, Eq)]

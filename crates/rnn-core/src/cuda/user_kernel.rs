@@ -162,3 +162,29 @@ mod tests {
         assert!(dynamic_shared_limit(48 * KIB + 1, 0, default_max, default_max).is_err());
     }
 }
+
+/// Hands `work` the stream of `cuda:ordinal` and the device addresses of the tensors' first
+/// elements, for libraries that queue their own work on the device (NCCL collectives): what
+/// `work` queues on that stream runs after every op already queued and before every later
+/// one, like a kernel launch. `args` are checked as by [`launch_user_kernel`] (an input view
+/// is first copied to a contiguous buffer; an output is a whole fresh tensor). Using the
+/// addresses is the caller's unsafe contract: only on this stream, only inside `work`.
+pub fn with_device_buffers<R>(
+    ordinal: usize,
+    args: &[KernelArg<'_>],
+    work: impl FnOnce(&cudarc::driver::CudaStream, &[cudarc::driver::sys::CUdeviceptr]) -> R,
+) -> Result<R> {
+    use cudarc::driver::DevicePtr;
+    let dev = device(ordinal)?;
+    let storages = args
+        .iter()
+        .map(|arg| match *arg {
+            KernelArg::Input(t) => bound_storage::<CudaStorage>(t, false, Device::Cuda(ordinal)),
+            KernelArg::Output(t) => bound_storage::<CudaStorage>(t, true, Device::Cuda(ordinal)),
+            _ => Err(Error::invalid(OP, "with_device_buffers takes tensors only")),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // The guards record the buffers' use on the stream when dropped, after `work`.
+    let (addresses, _guards): (Vec<_>, Vec<_>) = storages.iter().map(|s| s.slice().device_ptr(&dev.stream)).unzip();
+    Ok(work(&dev.stream, &addresses))
+}

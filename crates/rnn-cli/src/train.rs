@@ -122,7 +122,7 @@ pub fn run(args: &TrainArgs) -> CliResult<()> {
 /// The process group `mpirun` started this process in, with `--bucket-mb`.
 fn data_parallel(args: &TrainArgs) -> CliResult<DataParallel> {
     let bytes = args.bucket_mb * (1 << 20) as f64;
-    if !(bytes >= 1.0 && bytes < 1e15) {
+    if !(1.0..1e15).contains(&bytes) {
         return Err(format!("--bucket-mb must be a positive size, got {}", args.bucket_mb).into());
     }
     Ok(DataParallel::new(ProcessGroup::from_env()?).with_bucket_bytes(bytes as usize))

@@ -222,9 +222,9 @@ fn multi_gpu_optimizer_steps_every_replica_with_the_mean() -> Result<()> {
             (0..devices.len()).map(|i| replica_grads(i as u64, multi_gpu.replica(i))).collect::<Result<_>>()?;
         multi_gpu.step_synchronized(&gradients)?;
         let want = stepped_with_mean(&initial, devices.len() as u64)?;
-        for i in 0..devices.len() {
+        for (i, device) in devices.iter().enumerate() {
             for (p, w) in multi_gpu.replica(i).iter().zip(&want) {
-                assert_close_on(&format!("replica {i} on {}", devices[i]), p, w, 1e-5);
+                assert_close_on(&format!("replica {i} on {device}"), p, w, 1e-5);
             }
         }
         // The CPU replica is the given tensors, updated in place.
@@ -284,7 +284,7 @@ fn multi_gpu_optimizer_errors_are_clear() -> Result<()> {
     assert!(err.contains("distribute_model"), "{err}");
     multi.distribute_model(&[Tensor::zeros(3, DType::F32, Device::Cpu)?.requires_grad()])?;
     let one = replica_grads(0, multi.replica(0))?;
-    let err = multi.step_synchronized(&[one.clone()]).unwrap_err().to_string();
+    let err = multi.step_synchronized(std::slice::from_ref(&one)).unwrap_err().to_string();
     assert!(err.contains("1 gradient sets for 2 replicas"), "{err}");
     let err = multi.step_synchronized(&[one, GradStore::new()]).unwrap_err().to_string();
     assert!(err.contains("replica 1 has no gradient"), "{err}");

@@ -124,6 +124,11 @@ fn multi_gpu_training_trains_a_copy_per_device() -> rnn::Result<()> {
     let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0.0, f32::max);
     assert!(err < 1e-4, "two CPU workers vs one: {err:e}");
     assert!((history.train_loss[1] - expected.train_loss[1]).abs() < 1e-4, "{history:?} vs {expected:?}");
+    // A worker error (here every worker's: a label out of range) is returned, the network kept.
+    let bad = Tensor::from_vec(vec![99u32; 64], 64, Device::Cpu)?;
+    let err = trainer.train(&network, &data.inputs, &bad).expect_err("labels out of range");
+    assert!(err.to_string().contains("99"), "{err}");
+    assert_eq!(weights(&network)?, got, "a failed run leaves the network as it was");
     // On this machine's GPUs (lavapipe in CI), one worker each.
     let devices = GpuManager::new().devices().to_vec();
     let Some(first) = devices.first() else { return Ok(()) };

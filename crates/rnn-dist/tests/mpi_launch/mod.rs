@@ -2,15 +2,28 @@
 //! which then runs one of the `child_*` tests (ignored in a plain run) as every rank.
 //! OpenMPI over localhost, `--oversubscribe` (more ranks than cores).
 
-use std::process::{Command, Output};
+use std::io::Read;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rnn_core::Result;
 use rnn_dist::{ProcessGroup, ReduceOp};
 
-/// Runs child test `child` on `np` ranks under mpirun with `env`, and returns its output and
-/// how long it took.
-fn mpirun(np: usize, child: &str, env: &[(&str, &str)]) -> (Output, Duration) {
+/// How long a test lets mpirun run.
+const MPIRUN_DEADLINE: Duration = Duration::from_secs(30);
+
+/// What one mpirun printed, whether it exited successfully, how long it ran, and whether it
+/// had to be killed at the deadline (OpenMPI 4.1's mpirun sometimes hangs or crashes in its
+/// own teardown after a rank failed, when every rank is already gone).
+struct Run {
+    log: String,
+    success: bool,
+    took: Duration,
+    killed: bool,
+}
+
+/// Runs child test `child` on `np` ranks under mpirun with `env`.
+fn mpirun(np: usize, child: &str, env: &[(&str, &str)]) -> Run {
     let exe = std::env::current_exe().expect("test binary path");
     let mut cmd = Command::new("mpirun");
     cmd.args(["-np", &np.to_string(), "--oversubscribe"]);
@@ -21,13 +34,36 @@ fn mpirun(np: usize, child: &str, env: &[(&str, &str)]) -> (Output, Duration) {
     cmd.arg(format!("mpi_launch::{child}"));
     // OpenMPI refuses to run as root (containers, CI) unless told it is on purpose.
     cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let started = Instant::now();
-    let output = cmd.output().expect("mpirun could not start: install OpenMPI (openmpi-bin)");
-    (output, started.elapsed())
+    let mut proc = cmd.spawn().expect("mpirun could not start: install OpenMPI (openmpi-bin)");
+    let readers = [read_all(proc.stdout.take()), read_all(proc.stderr.take())];
+    let mut killed = false;
+    let status = loop {
+        if let Some(status) = proc.try_wait().expect("waiting for mpirun") {
+            break Some(status);
+        }
+        if started.elapsed() > MPIRUN_DEADLINE {
+            let _ = proc.kill();
+            let _ = proc.wait();
+            killed = true;
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let took = started.elapsed();
+    let log = readers.into_iter().map(|r| r.join().unwrap_or_default()).collect();
+    Run { log, success: status.is_some_and(|s| s.success()), took, killed }
 }
 
-fn text(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+fn read_all(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_string(&mut text);
+        }
+        text
+    })
 }
 
 /// The group of a child rank; `None` when the child test runs outside mpirun (a plain
@@ -40,10 +76,9 @@ fn child_group() -> Option<ProcessGroup> {
 #[test]
 fn mpi_groups_of_2_and_4_pass_the_suite() {
     for np in [2, 4] {
-        let (output, _) = mpirun(np, "child_suite", &[]);
-        let log = text(&output);
-        assert!(output.status.success(), "{np} ranks:\n{log}");
-        assert_eq!(log.matches("test result: ok. 1 passed").count(), np, "{log}");
+        let run = mpirun(np, "child_suite", &[]);
+        assert!(run.success, "{np} ranks (killed at the deadline: {}):\n{}", run.killed, run.log);
+        assert_eq!(run.log.matches("test result: ok. 1 passed").count(), np, "{}", run.log);
     }
 }
 
@@ -80,6 +115,7 @@ fn fail_rank_1(how: &str) {
 #[ignore = "a rank of a_failing_rank_stops_the_others_within_the_timeout"]
 fn child_failure() -> Result<()> {
     let Some(g) = child_group() else { return Ok(()) };
+    println!("rank {} is process {}", g.rank(), std::process::id());
     g.barrier()?;
     if g.rank() == 1 {
         fail_rank_1(&std::env::var("RNN_TEST_FAILURE").unwrap_or_default());
@@ -98,13 +134,30 @@ fn child_failure() -> Result<()> {
 fn a_failing_rank_stops_the_others_within_the_timeout() {
     for how in ["error", "panic", "abort", "stall"] {
         let env = [("RNN_TEST_FAILURE", how), ("RNN_DIST_TIMEOUT", "3")];
-        let (output, took) = mpirun(3, "child_failure", &env);
-        let log = text(&output);
-        assert!(!output.status.success(), "{how}: mpirun succeeded:\n{log}");
-        assert!(took < Duration::from_secs(40), "{how}: took {took:?}:\n{log}");
+        let run = mpirun(3, "child_failure", &env);
+        let log = &run.log;
+        assert!(!run.success, "{how}: mpirun succeeded:\n{log}");
+        // Every rank has stopped (mpirun may have been killed in its teardown; the ranks
+        // must be gone all the same).
+        let ranks: Vec<u32> = log.lines().filter_map(|l| l.split(" is process ").nth(1)?.trim().parse().ok()).collect();
+        assert_eq!(ranks.len(), 3, "{how}:\n{log}");
+        for pid in ranks {
+            assert!(!running(pid), "{how}: rank process {pid} still runs after {:?}:\n{log}", run.took);
+        }
+        if how == "stall" || !run.killed {
+            assert!(run.took < MPIRUN_DEADLINE, "{how}: took {:?}:\n{log}", run.took);
+        }
         if how == "stall" {
             // The others time out themselves, with the error naming the cause and the knob.
             assert!(log.contains("did not complete within 3.0 s") && log.contains("RNN_DIST_TIMEOUT"), "{log}");
         }
     }
+}
+
+/// Whether process `pid` exists and is not a zombie.
+fn running(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the parenthesized command name.
+    let state = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next());
+    matches!(state, Some(s) if s != "Z" && s != "X")
 }

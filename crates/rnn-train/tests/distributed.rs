@@ -233,17 +233,19 @@ mod mpi {
     const F32_EPOCHS: usize = 2;
     const DIR_VAR: &str = "RNN_TEST_MPI_DIR";
 
-    fn mpirun(np: usize, child: &str, dir: &Path) -> String {
+    fn mpirun(np: usize, child: &str, dir: &Path) {
         let exe = std::env::current_exe().expect("test binary path");
         let mut cmd = Command::new("mpirun");
         cmd.args(["-np", &np.to_string(), "--oversubscribe", "-x", &format!("{DIR_VAR}={}", dir.display())]);
+        // A rank that stalls makes the others' collectives fail after a minute, not five.
+        cmd.args(["-x", "RNN_DIST_TIMEOUT=60"]);
         cmd.arg(exe).args(["--ignored", "--exact", "--nocapture", "--test-threads=1", &format!("mpi::{child}")]);
         cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
         let output: Output = cmd.output().expect("mpirun could not start: install OpenMPI (openmpi-bin)");
         let log = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        // Every rank writes its results to files, which the caller reads: the ranks' output
+        // lines interleave, so they are only shown.
         assert!(output.status.success(), "{np} ranks of {child}:\n{log}");
-        assert_eq!(log.matches("test result: ok. 1 passed").count(), np, "{log}");
-        log
     }
 
     fn file(dir: &Path, what: &str, np: usize, rank: usize) -> PathBuf {
@@ -292,8 +294,12 @@ mod mpi {
             let err = max_rel_diff(&a, &b);
             assert!(err < 1e-4, "f32, {np} processes vs one: {err:e}");
         }
-        let log = mpirun(2, "child_mismatch", &dir);
-        assert_eq!(log.matches("disagree on the model").count(), 2, "{log}");
+        mpirun(2, "child_mismatch", &dir);
+        for rank in 0..2 {
+            let path = file(&dir, "mismatch", 2, rank);
+            let msg = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(msg.contains("disagree on the model") && msg.contains("rank 1"), "rank {rank}: {msg}");
+        }
         std::fs::remove_dir_all(&dir).ok();
         Ok(())
     }
@@ -313,12 +319,13 @@ mod mpi {
     #[test]
     #[ignore = "a rank of mpi_ranks_step_as_one_rank_with_the_whole_batch"]
     fn child_mismatch() -> Result<()> {
-        let Some((g, _)) = child_group() else { return Ok(()) };
+        let Some((g, dir)) = child_group() else { return Ok(()) };
+        let path = file(&dir, "mismatch", g.world_size(), g.rank());
         let data = synthetic_digits(32, 1)?;
         let mut net = classifier(8 + 4 * g.rank())?;
         let config = TrainingConfig { distributed: Some(DataParallel::new(g)), ..config(4, 1) };
         let err = net.train(&data.inputs, &data.labels, &config).expect_err("different models must not train");
-        println!("{err}");
+        std::fs::write(path, err.to_string()).expect("write the rank's error");
         Ok(())
     }
 }

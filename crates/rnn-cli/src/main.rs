@@ -7,6 +7,7 @@ mod bench_fused_nn;
 mod bench_gpu;
 mod bench_train;
 mod devices;
+mod distributed;
 mod gpt;
 mod output;
 mod timing;

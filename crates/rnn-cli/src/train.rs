@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use rnn::train::atomic_file::write_atomic;
 use rnn::train::data::{load_mnist, mnist_split_present, synthetic_digits, Dataset, MnistSplit};
+use rnn::train::distributed::{DataParallel, ProcessGroup};
 use rnn::train::plot::plot_history;
 use rnn::{ActivationFunction, Device, LayerBuilder, LossFunction, Network, Tensor, TrainingConfig};
 
@@ -59,6 +60,15 @@ pub struct TrainArgs {
     /// No progress output, only the final summary.
     #[arg(long)]
     pub quiet: bool,
+    /// Train as one rank of the processes `mpirun -np N` started (data parallel; a build with
+    /// `--features mpi`): each rank trains on its share of every batch (`--batch-size` is per
+    /// rank), gradients are averaged across ranks, rank 0 alone prints and writes `--out`.
+    /// Not launched by mpirun: one rank. MLP and CNN only.
+    #[arg(long)]
+    pub distributed: bool,
+    /// With --distributed: gradients travel in buckets of this many MiB.
+    #[arg(long, default_value_t = 25.0)]
+    pub bucket_mb: f64,
     #[command(flatten)]
     pub gpt: crate::gpt::GptArgs,
 }
@@ -71,18 +81,55 @@ pub const HISTORY_FILE: &str = "history.json";
 pub const INIT_FILE: &str = "init.safetensors";
 
 pub fn run(args: &TrainArgs) -> CliResult<()> {
+    let group = match args.distributed {
+        true if args.model == ModelKind::Gpt => {
+            return Err("--distributed trains the MLP and the CNN, not the GPT".into())
+        }
+        true => Some(data_parallel(args)?),
+        false => None,
+    };
+    let main = group.as_ref().is_none_or(|g| g.is_main());
     let device = match &args.device {
         Some(name) => Device::parse(name)?,
-        None => Device::best()?,
+        None => crate::distributed::rank_device(Device::best()?),
     };
     device.check_available()?;
-    let out = OutputDir::prepare(&args.out, &output_files(args))?;
-    println!("device: {device}{}", if device.is_cpu() { " (no GPU selected or available)" } else { "" });
+    // Only rank 0 writes: the others neither create nor check the folder.
+    let out = main.then(|| OutputDir::prepare(&args.out, &output_files(args))).transpose()?;
+    if main {
+        println!("device: {device}{}", if device.is_cpu() { " (no GPU selected or available)" } else { "" });
+    }
+    if let Some(dp) = &group {
+        if main {
+            println!(
+                "data parallel: {} ranks ({:?}), batch {} per rank",
+                dp.world_size(),
+                dp.group.backend(),
+                batch_size(args)
+            );
+        }
+    }
     let result = match args.model {
         ModelKind::Gpt => crate::gpt::run(args, device),
-        ModelKind::Mlp | ModelKind::Cnn => train_classifier(args, device),
+        ModelKind::Mlp | ModelKind::Cnn => train_classifier(args, device, group),
     };
-    out.finish(result)
+    match out {
+        Some(out) => out.finish(result),
+        None => result,
+    }
+}
+
+/// The process group `mpirun` started this process in, with `--bucket-mb`.
+fn data_parallel(args: &TrainArgs) -> CliResult<DataParallel> {
+    let bytes = args.bucket_mb * (1 << 20) as f64;
+    if !(1.0..1e15).contains(&bytes) {
+        return Err(format!("--bucket-mb must be a positive size, got {}", args.bucket_mb).into());
+    }
+    Ok(DataParallel::new(ProcessGroup::from_env()?).with_bucket_bytes(bytes as usize))
+}
+
+fn batch_size(args: &TrainArgs) -> usize {
+    args.batch_size.unwrap_or(64)
 }
 
 /// What the run will write into `--out`.
@@ -94,13 +141,17 @@ fn output_files(args: &TrainArgs) -> Vec<&'static str> {
     }
 }
 
-fn train_classifier(args: &TrainArgs, device: Device) -> CliResult<()> {
+fn train_classifier(args: &TrainArgs, device: Device, group: Option<DataParallel>) -> CliResult<()> {
+    let main = group.as_ref().is_none_or(|g| g.is_main());
     let (train, test) = load_data(args)?;
-    println!("data: {} ({} training, {} test samples)", train.name, train.len(), test.len());
     let mut net = build_model(args.model, args.seed)?;
-    println!("{}", net.summary());
+    if main {
+        println!("data: {} ({} training, {} test samples)", train.name, train.len(), test.len());
+        println!("{}", net.summary());
+    }
     let config = TrainingConfig {
-        batch_size: args.batch_size.unwrap_or(64),
+        distributed: group,
+        batch_size: batch_size(args),
         max_epochs: args.epochs,
         learning_rate: args.lr,
         validation_split: 0.1,
@@ -111,6 +162,9 @@ fn train_classifier(args: &TrainArgs, device: Device) -> CliResult<()> {
     };
     let (x_train, x_test) = (shape_inputs(&train.inputs, args.model)?, shape_inputs(&test.inputs, args.model)?);
     let history = net.train(&x_train, &train.labels, &config)?;
+    if !main {
+        return Ok(());
+    }
     let eval = net.evaluate(&x_test, &test.labels)?;
     let mean_rate = history.samples_per_sec.iter().sum::<f64>() / history.samples_per_sec.len().max(1) as f64;
     println!(

@@ -185,6 +185,21 @@ impl Tensor {
 
     /// Like `backward`, but adds into `grads`: several calls accumulate, as in PyTorch.
     pub fn backward_into(&self, grads: &mut GradStore) -> Result<()> {
+        self.backward_with_hook(grads, &mut |_, _| Ok(()))
+    }
+
+    /// Like `backward_into`, and calls `on_ready(variable, gradient)` as soon as a
+    /// variable's gradient is final (its value in `grads`, summed with earlier calls), while
+    /// the rest of the graph is still to be differentiated: data-parallel training starts
+    /// averaging a gradient across processes there, overlapping the rest of the backward
+    /// pass. Variables are reported once each, the ones nearest the output first (the
+    /// reverse of the forward order). An error from `on_ready` stops the pass and is
+    /// returned; `grads` then holds the gradients reported so far.
+    pub fn backward_with_hook(
+        &self,
+        grads: &mut GradStore,
+        on_ready: &mut dyn FnMut(&Tensor, &Tensor) -> Result<()>,
+    ) -> Result<()> {
         if !self.tracks_grad() {
             return Err(Error::Backward {
                 msg: "the tensor does not depend on any variable (call requires_grad on an input)".into(),
@@ -194,21 +209,62 @@ impl Tensor {
             return Err(Error::Backward { msg: format!("gradients need a float tensor, got {}", self.dtype()) });
         }
         let _guard = NoGradGuard::new();
+        let order = sorted_nodes(self);
+        let mut waiting = consumer_counts(&order);
         let mut pending = GradStore::new();
         pending.insert(self, self.ones_like()?);
-        for node in sorted_nodes(self).iter().rev() {
-            let Some(grad) = pending.remove(node) else { continue };
-            if let Some(op) = node.op() {
+        // Reversed, `sorted_nodes` visits every consumer of a node before the node. A variable
+        // is finished as soon as its last consumer is done (not when the walk reaches it:
+        // leaves come last), so gradients of the last layers are reported first.
+        for node in order.iter().rev().filter(|n| !n.is_variable()) {
+            let Some(op) = node.op() else { continue };
+            if let Some(grad) = pending.remove(node) {
                 for (input, g) in crate::grad_fns::input_grads(op, node, &grad)? {
                     if input.tracks_grad() {
                         pending.accumulate(input, g)?;
                     }
                 }
             }
-            if node.is_variable() {
-                grads.accumulate(node, grad)?;
+            for input in op.inputs().into_iter().filter(|i| i.is_variable()) {
+                let left = waiting.entry(input.id()).or_insert(1);
+                *left -= 1;
+                if *left == 0 {
+                    finish_variable(input, &mut pending, grads, on_ready)?;
+                }
             }
         }
+        // What the walk left: the root itself when it is a variable.
+        for node in order.iter().rev().filter(|n| n.is_variable()) {
+            finish_variable(node, &mut pending, grads, on_ready)?;
+        }
         Ok(())
+    }
+}
+
+/// How many edges of the graph lead from each variable to an op that consumes it.
+fn consumer_counts(order: &[Tensor]) -> HashMap<TensorId, usize> {
+    let mut counts = HashMap::new();
+    for node in order {
+        for input in node.op().into_iter().flat_map(|op| op.inputs()) {
+            if input.is_variable() {
+                *counts.entry(input.id()).or_insert(0) += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// Moves a variable's finished gradient (if any flowed to it) into `grads` and reports it.
+fn finish_variable(
+    node: &Tensor,
+    pending: &mut GradStore,
+    grads: &mut GradStore,
+    on_ready: &mut dyn FnMut(&Tensor, &Tensor) -> Result<()>,
+) -> Result<()> {
+    let Some(grad) = pending.remove(node) else { return Ok(()) };
+    grads.accumulate(node, grad)?;
+    match grads.get(node) {
+        Some(total) => on_ready(node, total),
+        None => Ok(()),
     }
 }

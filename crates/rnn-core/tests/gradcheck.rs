@@ -12,7 +12,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rnn_core::op_table::{BinaryOp, UnaryOp};
-use rnn_core::{no_grad, DType, Device, Epilogue, GradStore, NoGradGuard, Result, Tensor};
+use rnn_core::{no_grad, DType, Device, Epilogue, Error, GradStore, NoGradGuard, Result, Tensor};
 use rnn_testutil::{floats, max_rel_err, test_device, tol_on, tolerance, values, widest_float, GRADCHECK_TOL};
 
 const H: f64 = 1e-6;
@@ -569,6 +569,33 @@ fn backward_into_accumulates(device: Device) -> Result<()> {
     Ok(())
 }
 test_device!(backward_into_accumulates_test, backward_into_accumulates);
+
+/// The gradient-ready hook reports each variable once, nearest the output first, with its
+/// final gradient (the one `backward` returns), before the rest of the graph is done.
+fn backward_hook_reports_final_gradients(device: Device) -> Result<()> {
+    let x = leaf(&[0.5, -1.0, 2.0, 0.25], &[2, 2], device)?;
+    let w1 = leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 2], device)?;
+    let w2 = leaf(&[0.5, -0.5, 1.5, 2.0], &[2, 2], device)?;
+    // w1 is used twice (two paths meet), so its gradient is final only after both.
+    let h = x.matmul(&w1)?.tanh()?.add(&w1)?;
+    let loss = || h.matmul(&w2)?.sqr()?.sum_all();
+    let reference = loss()?.backward()?;
+    let mut seen = Vec::new();
+    let mut grads = GradStore::new();
+    loss()?.backward_with_hook(&mut grads, &mut |v, g| {
+        let expected = reference.get(v).expect("a reported tensor has a gradient");
+        assert_eq!(g.flatten_all()?.to_f64_vec()?, expected.flatten_all()?.to_f64_vec()?);
+        seen.push(v.id());
+        Ok(())
+    })?;
+    // x and w1 become final in the same op (their product), in its input order.
+    assert_eq!(seen, vec![w2.id(), x.id(), w1.id()], "each variable once, the output's side first");
+    // An error from the hook stops the pass and is returned.
+    let stop = loss()?.backward_with_hook(&mut GradStore::new(), &mut |_, _| Err(Error::invalid("hook", "stop")));
+    assert!(matches!(stop, Err(Error::InvalidArgument { .. })), "{stop:?}");
+    Ok(())
+}
+test_device!(backward_hook_reports_final_gradients_test, backward_hook_reports_final_gradients);
 
 fn tensor_used_twice_adds_gradients(device: Device) -> Result<()> {
     let x = leaf(&[1.5, -0.5, 2.0], &[3], device)?;

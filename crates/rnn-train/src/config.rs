@@ -3,6 +3,8 @@
 use rnn_core::{Device, Error, Result};
 use rnn_nn::optim::{LrSchedule, OptimizerConfig};
 
+use crate::distributed::DataParallel;
+
 /// What early stopping watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Monitor {
@@ -81,6 +83,9 @@ pub struct TrainingConfig {
     pub clip_grad_norm: Option<f64>,
     /// What to do when a step's loss is NaN or infinite (default: stop with an error).
     pub on_non_finite: NonFinitePolicy,
+    /// Train as one rank of a data-parallel group (see [`crate::distributed`]): each rank
+    /// calls `train` with the same network, data and settings; `batch_size` is per rank.
+    pub distributed: Option<DataParallel>,
 }
 
 impl Default for TrainingConfig {
@@ -101,6 +106,7 @@ impl Default for TrainingConfig {
             lr_schedule: None,
             clip_grad_norm: None,
             on_non_finite: NonFinitePolicy::Stop,
+            distributed: None,
         }
     }
 }
@@ -125,6 +131,9 @@ impl TrainingConfig {
             if c.is_nan() || c <= 0.0 {
                 return bad(format!("clip_grad_norm must be positive, got {c}"));
             }
+        }
+        if self.distributed.as_ref().is_some_and(|d| d.bucket_bytes == 0) {
+            return bad("distributed.bucket_bytes must be at least 1".into());
         }
         Ok(())
     }

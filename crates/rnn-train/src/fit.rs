@@ -7,6 +7,7 @@ use rnn_nn::optim::{clip_grad_norm_on_device, LrSchedule, LrScheduler, Optimizer
 
 use crate::config::{Monitor, NonFinitePolicy, TrainingConfig};
 use crate::data::Batches;
+use crate::distributed::{rank_seed, ParallelRun};
 use crate::guard::{self, GoodWeights};
 use crate::history::History;
 use crate::inputs::IntoTensor;
@@ -20,6 +21,16 @@ pub struct Evaluation {
     pub loss: f64,
     /// Fraction correct in 0..=1, for classification losses.
     pub accuracy: Option<f64>,
+}
+
+impl Evaluation {
+    /// From the sums of `Totals::sums`: loss sum, correct predictions, predictions, samples.
+    pub(crate) fn from_sums([loss, correct, predictions, samples]: [f64; 4]) -> Evaluation {
+        Evaluation {
+            loss: if samples > 0.0 { loss / samples } else { f64::NAN },
+            accuracy: (predictions > 0.0).then(|| correct / predictions),
+        }
+    }
 }
 
 /// Running sums of one pass over data, kept as device tensors until read.
@@ -70,6 +81,13 @@ impl Totals {
         };
         Ok((eval, probe.and_then(|_| values.next())))
     }
+
+    /// Loss sum, correct predictions, predictions and samples, for adding up over ranks.
+    fn sums(&self, eval: Evaluation) -> [f64; 4] {
+        let loss = if self.samples > 0 { eval.loss * self.samples as f64 } else { 0.0 };
+        let correct = eval.accuracy.map_or(0.0, |a| a * self.predictions as f64);
+        [loss, correct.round(), self.predictions as f64, self.samples as f64]
+    }
 }
 
 /// Scalar tensors of one device read back in one transfer (stacked as f64 when the first is
@@ -115,13 +133,13 @@ impl Network {
             0 => None,
             _ => Some((x.narrow(0, n_train, n_val)?, targets.narrow(n_train, n_val)?)),
         };
-        if config.verbose {
+        if config.verbose && config.distributed.as_ref().is_none_or(|d| d.is_main()) {
             eprintln!(
                 "training on {device}: {n_train} samples, {n_val} for validation, {} parameters",
                 self.num_parameters()
             );
         }
-        let result = Trainer::new(self, config)?.run(&x_train, &t_train, val.as_ref());
+        let result = Trainer::new(self, config, [n_train, n_val])?.run(&x_train, &t_train, val.as_ref());
         self.model.set_training(false);
         result
     }
@@ -136,6 +154,10 @@ impl Network {
     }
 
     fn evaluate_prepared(&self, x: &Tensor, targets: &Targets) -> Result<Evaluation> {
+        self.evaluate_totals(x, targets)?.read()
+    }
+
+    fn evaluate_totals(&self, x: &Tensor, targets: &Targets) -> Result<Totals> {
         let mut totals = Totals::new();
         let starts = self.map_batches(x, |xb| Ok(xb.dims()[0]))?;
         let mut start = 0;
@@ -150,7 +172,7 @@ impl Network {
             }
             Ok(())
         })?;
-        totals.read()
+        Ok(totals)
     }
 }
 
@@ -222,16 +244,27 @@ struct Trainer<'a> {
     /// The last weights known to be finite, put back after a divergence.
     good: GoodWeights,
     /// Read each step's loss before its update: always on the CPU, where a read costs
-    /// nothing; on a GPU only for `SkipStep`, which must know before updating.
+    /// nothing; on a GPU only for `SkipStep`, which must know before updating; always in
+    /// data-parallel training, where the ranks' losses travel with the gradients.
     check_each_step: bool,
+    /// This rank's part in data-parallel training.
+    dp: Option<ParallelRun>,
+    /// Progress output (on rank 0 only).
+    verbose: bool,
 }
 
 impl<'a> Trainer<'a> {
-    fn new(net: &'a mut Network, config: &'a TrainingConfig) -> Result<Self> {
+    /// `samples`: training and validation rows (ranks of a data-parallel group check that
+    /// they agree).
+    fn new(net: &'a mut Network, config: &'a TrainingConfig, samples: [usize; 2]) -> Result<Self> {
+        let dp = config.distributed.as_ref().map(|d| ParallelRun::start(d, net, config, samples)).transpose()?;
         let run = TrainRun::resume_or_start(net.take_run(), net, config)?;
         let good = GoodWeights::take(&net.state(), None)?;
-        let check_each_step = net.device().is_cpu() || config.on_non_finite == NonFinitePolicy::SkipStep;
-        Ok(Trainer { net, config, run, history: History::default(), best: None, good, check_each_step })
+        let check_each_step =
+            net.device().is_cpu() || config.on_non_finite == NonFinitePolicy::SkipStep || dp.is_some();
+        let verbose = config.verbose && dp.as_ref().is_none_or(|d| d.is_main());
+        let history = History::default();
+        Ok(Trainer { net, config, run, history, best: None, good, check_each_step, dp, verbose })
     }
 
     /// Runs the epochs; keeps the run for the next call unless a NaN or infinite value ended
@@ -256,14 +289,15 @@ impl<'a> Trainer<'a> {
 
     fn epochs(&mut self, x: &Tensor, t: &Targets, val: Option<&(Tensor, Targets)>) -> std::result::Result<(), Halt> {
         for epoch in 0..self.config.max_epochs {
-            rnn_core::manual_seed(epoch_seed(self.config.seed, self.run.epochs_done));
+            let rank = self.dp.as_ref().map_or(0, |d| d.rank());
+            rnn_core::manual_seed(rank_seed(epoch_seed(self.config.seed, self.run.epochs_done), rank));
             let started = Instant::now();
             let lr = self.run.optimizer.learning_rate();
             let (train, skipped, mut progress) = self.epoch(epoch, x, t)?;
             self.good = GoodWeights::take(&self.net.state(), Some(epoch + 1))?;
             self.run.epochs_done += 1;
             let train_seconds = started.elapsed().as_secs_f64();
-            let val_eval = val.map(|(vx, vt)| self.net.evaluate_prepared(vx, vt)).transpose()?;
+            let val_eval = val.map(|(vx, vt)| self.validate(vx, vt)).transpose()?;
             let seconds = started.elapsed().as_secs_f64();
             let samples_per_sec = x.dims()[0] as f64 / train_seconds.max(1e-9);
             self.record(train, val_eval, seconds, samples_per_sec, lr);
@@ -297,10 +331,13 @@ impl<'a> Trainer<'a> {
         t: &Targets,
     ) -> std::result::Result<(Evaluation, usize, Progress), Halt> {
         let (n, bs) = (x.dims()[0], self.config.batch_size);
-        let batches = Batches::epoch(n, bs, self.config.shuffle, self.config.seed, self.run.epochs_done)?;
-        let total = n.div_ceil(bs);
-        let mode = ProgressMode::auto(self.config.verbose);
-        let mut progress = Progress::new(mode, epoch + 1, self.config.max_epochs, total, n);
+        let batches = match &self.dp {
+            Some(dp) => dp.batches(n, self.config, self.run.epochs_done)?,
+            None => Batches::epoch(n, bs, self.config.shuffle, self.config.seed, self.run.epochs_done)?,
+        };
+        let total = batches.num_batches();
+        let mode = ProgressMode::auto(self.verbose);
+        let mut progress = Progress::new(mode, epoch + 1, self.config.max_epochs, total, batches.num_samples());
         let report_every = (total / 50).max(1);
         self.net.model.set_training(true);
         let (mut totals, mut skipped, mut unread) = (Totals::new(), 0, 1);
@@ -328,6 +365,9 @@ impl<'a> Trainer<'a> {
             }
         }
         self.net.model.set_training(false);
+        if let Some(dp) = &self.dp {
+            dp.sync_buffers(self.net)?;
+        }
         if skipped == total {
             let msg = format!("every one of the {total} steps of epoch {} had a NaN or infinite loss", epoch + 1);
             return Err(Halt::NonFinite(msg));
@@ -335,7 +375,10 @@ impl<'a> Trainer<'a> {
         // The epoch's last read-back also checks the weights (an update can overflow them
         // even from a finite loss).
         let state = self.net.state();
-        let (train, probe) = totals.read_with(guard::non_finite_probe(&state)?.as_ref())?;
+        let (mut train, probe) = totals.read_with(guard::non_finite_probe(&state)?.as_ref())?;
+        if let Some(dp) = &self.dp {
+            train = dp.combine(totals.sums(train))?;
+        }
         self.check_loss(train.loss, epoch, unread, total, total)?;
         if probe.is_some_and(|p| !p.is_finite()) {
             let name = guard::first_non_finite(&state)?.unwrap_or_else(|| "a weight".into());
@@ -370,14 +413,24 @@ impl<'a> Trainer<'a> {
         let folded = self.net.folds_last_activation();
         let out = self.net.logits(xb)?;
         let batch_loss = loss(kind, &out, tb, folded)?;
-        if self.check_each_step {
+        if self.check_each_step && self.dp.is_none() {
             let value = batch_loss.to_f64_scalar()?;
             if !value.is_finite() {
                 return Ok(Some(value));
             }
         }
         let hits = no_grad(|| correct(kind, &out, tb, folded))?;
-        let mut grads = batch_loss.backward()?;
+        let mut grads = match &self.dp {
+            None => batch_loss.backward()?,
+            Some(dp) => {
+                // Every rank gets the same mean loss, so all skip (or stop at) the same steps.
+                let (grads, mean_loss) = dp.backward(&batch_loss)?;
+                if !mean_loss.is_finite() {
+                    return Ok(Some(mean_loss));
+                }
+                grads
+            }
+        };
         if let Some(max_norm) = self.config.clip_grad_norm {
             let params: Vec<Tensor> = self.net.named_parameters().into_iter().map(|(_, t)| t).collect();
             clip_grad_norm_on_device(&mut grads, &params, max_norm)?;
@@ -385,6 +438,21 @@ impl<'a> Trainer<'a> {
         self.run.optimizer.step(&grads)?;
         totals.add(&batch_loss, hits, xb.dims()[0])?;
         Ok(None)
+    }
+
+    /// Loss and accuracy on the validation set; in data-parallel training each rank
+    /// evaluates its slice and the sums are added up over the ranks.
+    fn validate(&self, x: &Tensor, t: &Targets) -> Result<Evaluation> {
+        let Some(dp) = &self.dp else { return self.net.evaluate_prepared(x, t) };
+        let (start, len) = dp.slice(x.dims()[0]);
+        let sums = match len {
+            0 => [0.0; 4],
+            _ => {
+                let totals = self.net.evaluate_totals(&x.narrow(0, start, len)?, &t.narrow(start, len)?)?;
+                totals.sums(totals.read()?)
+            }
+        };
+        dp.combine(sums)
     }
 
     fn record(&mut self, train: Evaluation, val: Option<Evaluation>, seconds: f64, samples_per_sec: f64, lr: f64) {
@@ -443,7 +511,7 @@ impl<'a> Trainer<'a> {
                     }
                     Ok(())
                 })?;
-                if self.config.verbose {
+                if self.verbose {
                     eprintln!("early stopping: restored the weights of epoch {}", best_epoch + 1);
                 }
                 self.history.best_epoch = Some(best_epoch);

@@ -21,6 +21,7 @@ pub mod atomic_file;
 pub mod checkpoint;
 mod config;
 pub mod data;
+pub mod distributed;
 mod fit;
 mod guard;
 mod history;

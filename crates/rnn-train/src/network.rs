@@ -154,22 +154,26 @@ impl Network {
 
     /// Moves the parameters to `device` (rebuilds the layers there and copies the values).
     pub fn to_device(&mut self, device: Device) -> Result<()> {
-        if device == self.device {
-            return Ok(());
+        if device != self.device {
+            // The optimizer held the old parameters: the moved network starts a new run.
+            *self = self.copy_to(device)?;
         }
+        Ok(())
+    }
+
+    /// A copy of this network on `device`: the same layers, weights and buffers, in
+    /// evaluation mode, without the optimizer state `train` keeps.
+    pub fn copy_to(&self, device: Device) -> Result<Network> {
         device.check_available()?;
         let mut vb = VarBuilder::new(device, DType::F32, self.spec.seed);
         let model = Model::build(&self.spec.input_shape, &self.spec.layers, &mut vb)?;
-        let state = self.state();
-        // The optimizer held the old parameters: the moved network starts a new run.
-        let mut moved = Network { spec: self.spec.clone(), model, device, run: Mutex::new(None) };
+        let mut copy = Network { spec: self.spec.clone(), model, device, run: Mutex::new(None) };
         crate::checkpoint::apply(
-            &moved.state(),
-            &crate::checkpoint::Checkpoint { tensors: state, metadata: Default::default() },
+            &copy.state(),
+            &crate::checkpoint::Checkpoint { tensors: self.state(), metadata: Default::default() },
         )?;
-        moved.model.set_training(false);
-        *self = moved;
-        Ok(())
+        copy.model.set_training(false);
+        Ok(copy)
     }
 
     /// The network's outputs (the final activation included) for `[n, ..input_shape]` inputs,

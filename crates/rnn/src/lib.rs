@@ -42,6 +42,7 @@ pub use rnn_train::{
 };
 
 pub use gpu::{
-    CudaKernels, DeviceManager, DistributedTraining, GpuContext, GpuDevice, GpuDeviceType, GpuKernel, GpuManager,
-    GpuOptimizer, GpuProfiler, GpuTensor, KernelManager, MemoryLayout, MemoryStats,
+    CudaKernels, DataParallelStrategy, DeviceManager, DistributedTraining, GpuContext, GpuDevice, GpuDeviceType,
+    GpuKernel, GpuManager, GpuOptimizer, GpuProfiler, GpuTensor, KernelManager, MemoryLayout, MemoryStats,
+    MultiGpuOptimizer,
 };

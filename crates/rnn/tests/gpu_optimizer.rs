@@ -175,3 +175,120 @@ fn device_manager_lists_the_best_device_first_and_the_cpu_last() -> Result<()> {
     }
     Ok(())
 }
+
+/// Replica `i`'s gradients for `params` (the shapes of `shapes`): fresh random values.
+fn replica_grads(seed: u64, params: &[Tensor]) -> Result<GradStore> {
+    let mut grads = GradStore::new();
+    for (j, p) in params.iter().enumerate() {
+        grads.insert(p, grad(seed, j as u64, p.dims())?.to_device(p.device())?);
+    }
+    Ok(grads)
+}
+
+/// What every replica must hold after one step: Adam on CPU copies stepped with the mean of
+/// `count` gradient sets (seeds `0..count`).
+fn stepped_with_mean(initial: &[Tensor], count: u64) -> Result<Vec<Tensor>> {
+    let reference: Vec<Tensor> =
+        initial.iter().map(|t| t.deep_copy().map(|c| c.requires_grad())).collect::<Result<_>>()?;
+    let mut mean = GradStore::new();
+    for (j, p) in reference.iter().enumerate() {
+        let mut sum = Tensor::zeros(p.dims(), DType::F32, Device::Cpu)?;
+        for seed in 0..count {
+            sum = sum.add(&grad(seed, j as u64, p.dims())?)?;
+        }
+        mean.insert(p, sum.mul_scalar(1.0 / count as f64)?);
+    }
+    OptimizerConfig::adam(1e-2).build(reference.clone())?.step(&mean)?;
+    Ok(reference)
+}
+
+/// The optirs-gpu guide's multi-GPU snippet (without its `.await`, see docs/seed-api.md) on
+/// this machine's devices, and two CPU replicas.
+#[test]
+fn multi_gpu_optimizer_steps_every_replica_with_the_mean() -> Result<()> {
+    use rnn::gpu::{DataParallelStrategy, MultiGpuOptimizer};
+    let initial = vec![random(1, &[5, 4], DType::F32, Device::Cpu)?, random(2, &[4], DType::F32, Device::Cpu)?];
+    let device_manager = DeviceManager::new()?;
+    for devices in [device_manager.available_devices(), vec![Device::Cpu, Device::Cpu]] {
+        let model_parameters: Vec<Tensor> =
+            initial.iter().map(|t| t.deep_copy().map(|c| c.requires_grad())).collect::<Result<_>>()?;
+        let mut multi_gpu = MultiGpuOptimizer::new()
+            .with_strategy(DataParallelStrategy::AllReduce)
+            .with_devices(&devices)
+            .with_optimizer(OptimizerConfig::adam(1e-2))
+            .build()?;
+        multi_gpu.distribute_model(&model_parameters)?;
+        let gradients: Vec<GradStore> =
+            (0..devices.len()).map(|i| replica_grads(i as u64, multi_gpu.replica(i))).collect::<Result<_>>()?;
+        multi_gpu.step_synchronized(&gradients)?;
+        let want = stepped_with_mean(&initial, devices.len() as u64)?;
+        for (i, device) in devices.iter().enumerate() {
+            for (p, w) in multi_gpu.replica(i).iter().zip(&want) {
+                assert_close_on(&format!("replica {i} on {device}"), p, w, 1e-5);
+            }
+        }
+        // The CPU replica is the given tensors, updated in place.
+        let cpu = devices.iter().position(|d| d.is_cpu()).expect("the CPU is listed");
+        assert!(multi_gpu.replica(cpu)[0].same_storage(&model_parameters[0]));
+        assert!(max_abs_diff(&values(&model_parameters[0]), &values(&initial[0])) > 1e-3, "no step was taken");
+    }
+    Ok(())
+}
+
+#[test]
+fn multi_gpu_optimizer_averages_across_a_process_group() -> Result<()> {
+    use rnn::distributed::ProcessGroup;
+    use rnn::gpu::MultiGpuOptimizer;
+    let initial = vec![random(3, &[6, 3], DType::F32, Device::Cpu)?];
+    // Two ranks with two CPU replicas each: every replica steps with the mean of four.
+    let groups = ProcessGroup::threads(2)?;
+    let results: Vec<Result<Vec<Tensor>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = groups
+            .into_iter()
+            .map(|group| {
+                s.spawn(|| {
+                    let rank = group.rank() as u64;
+                    let mut multi = MultiGpuOptimizer::new()
+                        .with_devices(&[Device::Cpu, Device::Cpu])
+                        .with_optimizer(OptimizerConfig::adam(1e-2))
+                        .with_process_group(group)
+                        .build()?;
+                    // Rank 1 starts from other values: distribute_model gives it rank 0's.
+                    let start = if rank == 0 { initial[0].deep_copy()? } else { initial[0].ones_like()? };
+                    multi.distribute_model(&[start.requires_grad()])?;
+                    let grads = (0..2)
+                        .map(|i| replica_grads(2 * rank + i, multi.replica(i as usize)))
+                        .collect::<Result<Vec<_>>>()?;
+                    multi.step_synchronized(&grads)?;
+                    Ok(vec![multi.replica(0)[0].clone(), multi.replica(1)[0].clone()])
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("rank panicked")).collect()
+    });
+    let want = stepped_with_mean(&initial, 4)?;
+    for result in results {
+        for p in result? {
+            assert_close_on("replica", &p, &want[0], 1e-5);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn multi_gpu_optimizer_errors_are_clear() -> Result<()> {
+    use rnn::gpu::MultiGpuOptimizer;
+    assert!(MultiGpuOptimizer::new().build().unwrap_err().to_string().contains("with_devices"));
+    let mut multi = MultiGpuOptimizer::new().with_devices(&[Device::Cpu, Device::Cpu]).build()?;
+    let err = multi.step_synchronized(&[]).unwrap_err().to_string();
+    assert!(err.contains("distribute_model"), "{err}");
+    multi.distribute_model(&[Tensor::zeros(3, DType::F32, Device::Cpu)?.requires_grad()])?;
+    let one = replica_grads(0, multi.replica(0))?;
+    let err = multi.step_synchronized(std::slice::from_ref(&one)).unwrap_err().to_string();
+    assert!(err.contains("1 gradient sets for 2 replicas"), "{err}");
+    let err = multi.step_synchronized(&[one, GradStore::new()]).unwrap_err().to_string();
+    assert!(err.contains("replica 1 has no gradient"), "{err}");
+    let ints = Tensor::zeros(3, DType::U32, Device::Cpu)?;
+    assert!(multi.distribute_model(&[ints]).is_err(), "integer parameters");
+    Ok(())
+}

@@ -42,6 +42,41 @@ impl Batches {
         Ok(Batches { order, batch_size, next: 0 })
     }
 
+    /// Rank `rank`'s batches of `epoch` among `world` ranks training together (a distributed
+    /// sampler, as PyTorch's `DistributedSampler`): every rank draws the same epoch order
+    /// (from `(seed, epoch)`), pads it by wrapping around to a multiple of `world` when
+    /// `world` does not divide `n` (the first samples of the order are seen twice), and takes
+    /// every `world`-th sample from position `rank`. So every rank gets `ceil(n / world)`
+    /// samples, as many batches and the same last-batch size, and step `k` of the `world`
+    /// ranks together covers exactly the samples of step `k` of one rank with batches of
+    /// `world * batch_size` (when `world` divides `n`).
+    ///
+    /// ```
+    /// use rnn_train::data::Batches;
+    /// let rank1: Vec<Vec<u32>> = Batches::sharded(5, 2, false, 0, 0, 1, 2).unwrap().collect();
+    /// assert_eq!(rank1, vec![vec![1, 3], vec![0]]); // order 0..5 padded with 0
+    /// ```
+    pub fn sharded(
+        n: usize,
+        batch_size: usize,
+        shuffle: bool,
+        seed: u64,
+        epoch: u64,
+        rank: usize,
+        world: usize,
+    ) -> Result<Batches> {
+        if world == 0 || rank >= world {
+            return Err(Error::invalid("Batches::sharded", format!("rank {rank} is not one of {world} ranks")));
+        }
+        if n == 0 {
+            return Err(Error::invalid("Batches::sharded", "no samples to share among the ranks"));
+        }
+        let all = Self::epoch(n, batch_size, shuffle, seed, epoch)?;
+        let padded = n.div_ceil(world) * world;
+        let order = all.order.iter().copied().cycle().take(padded).skip(rank).step_by(world).collect();
+        Ok(Batches { order, batch_size, next: 0 })
+    }
+
     /// Number of batches in the whole epoch (including those already yielded).
     pub fn num_batches(&self) -> usize {
         self.order.len().div_ceil(self.batch_size)

@@ -1,8 +1,8 @@
 //! The GPU API: discovering the GPUs this build can use, opening a context on one, moving
 //! arrays to and from it ([`GpuTensor`]), timing regions ([`GpuProfiler`]), running the
 //! built-in kernels ([`CudaKernels`], [`GpuContext::execute_kernel`]) and your own CUDA C or
-//! WGSL kernels on tensors ([`KernelManager`], [`GpuKernel`]), multi-GPU training's entry
-//! point ([`DistributedTraining`], not implemented yet), and updating parameter
+//! WGSL kernels on tensors ([`KernelManager`], [`GpuKernel`]), data-parallel training on
+//! several devices ([`DistributedTraining`], [`MultiGpuOptimizer`]), and updating parameter
 //! tensors with an optimizer ([`DeviceManager`] picks the device, [`GpuOptimizer`] runs
 //! `rnn::nn::optim` on it; [`error`] maps optirs-gpu's error names). A machine without a GPU (or a
 //! build without the `cuda` / `wgpu` features) lists none and everything runs on the CPU.
@@ -47,6 +47,7 @@ mod device_manager;
 mod distributed;
 pub mod error;
 mod kernel;
+mod multi_gpu;
 mod optimizer;
 pub mod optimizers;
 mod profiler;
@@ -58,6 +59,7 @@ pub use device_manager::DeviceManager;
 pub use distributed::DistributedTraining;
 pub use error::{GpuError, GpuResult};
 pub use kernel::{CompiledKernel, KernelArg, KernelBackend, KernelManager, LaunchConfig};
+pub use multi_gpu::{DataParallelStrategy, MultiGpuOptimizer, MultiGpuOptimizerBuilder};
 pub use optimizer::{GpuOptimizer, GpuOptimizerBuilder};
 pub use profiler::{GpuProfiler, ProfileEvent, ProfileSummary};
 pub use tensor::{GpuTensor, HostElement, MemoryLayout};

@@ -143,3 +143,24 @@ def test_cat_and_stack():
     a, b = random_array((2, 3), np.float32), random_array((1, 3), np.float32)
     np.testing.assert_array_equal(rnn.cat([rnn.Tensor(a), rnn.Tensor(b)]).numpy(), np.concatenate([a, b]))
     np.testing.assert_array_equal(rnn.stack([rnn.Tensor(a), rnn.Tensor(a)], dim=1).numpy(), np.stack([a, a], axis=1))
+
+
+def stub_names(class_name):
+    """Public names the type stubs (rnn/__init__.pyi) declare on ``class_name``."""
+    import ast
+    import pathlib
+
+    stub = pathlib.Path(__file__).resolve().parents[1] / "rnn" / "__init__.pyi"
+    tree = ast.parse(stub.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    names = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+    names |= {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)}
+    return {n for n in names if not n.startswith("_")}
+
+
+@pytest.mark.parametrize("cls", [rnn.Tensor, rnn.Device], ids=lambda c: c.__name__)
+def test_public_methods_have_docstrings_and_stubs(cls):
+    public = {n for n in dir(cls) if not n.startswith("_")}
+    assert public == stub_names(cls.__name__)
+    undocumented = [n for n in public if not (getattr(cls, n).__doc__ or "").strip()]
+    assert not undocumented, f"no docstring: {undocumented}"

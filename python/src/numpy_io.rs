@@ -1,9 +1,11 @@
 //! Tensors from Python values (numpy arrays, scalars, nested lists, tensors) and to numpy.
 //!
-//! Each direction makes exactly one copy of the elements: the core owns its storage (it may
-//! live on a GPU), so a tensor cannot borrow numpy's memory, and numpy arrays made from
-//! tensors own a buffer of their own, so a later in-place op on the tensor never changes an
-//! array handed out earlier.
+//! Each direction makes one copy of the elements (numpy -> tensor: into the tensor's
+//! storage; contiguous CPU tensor -> numpy: into the new array): the core owns its storage
+//! (it may live on a GPU), so a tensor cannot borrow numpy's memory, and an array made from a
+//! tensor owns its buffer, so a later in-place update of the tensor (an optimizer step)
+//! never changes an array handed out earlier. A strided or GPU tensor is first gathered
+//! into a contiguous host buffer by the core.
 //!
 //! dtypes: numpy's float32, float64, float16, uint8, uint32 and int64 map to the tensor
 //! dtypes of the same name; bool becomes u8 and the other signed/small integer types i64.
@@ -118,11 +120,17 @@ pub fn tensor_to_numpy(py: Python<'_>, tensor: &Tensor) -> PyResult<Py<PyAny>> {
     }
 }
 
+/// A new array filled straight from the tensor's elements: from a contiguous CPU tensor
+/// that is the only copy; otherwise the core copies the elements to the host first.
 fn vec_to_numpy<T: WithDType + Element>(py: Python<'_>, tensor: &Tensor) -> PyResult<Py<PyAny>> {
-    let t = tensor.clone();
-    let data = without_gil(py, move || t.to_vec::<T>())?;
-    let flat = PyArray::from_vec(py, data);
-    Ok(flat.reshape(tensor.dims())?.into_any().unbind())
+    let array = PyArray::<T, _>::zeros(py, tensor.dims(), false);
+    {
+        let mut writable = array.try_readwrite()?;
+        let out = writable.as_slice_mut()?;
+        let t = tensor.clone();
+        without_gil(py, move || t.with_host_slice(|values: &[T]| out.copy_from_slice(values)))?;
+    }
+    Ok(array.into_any().unbind())
 }
 
 /// `ml_dtypes.bfloat16` when that package is installed, else float32 (see the module docs).

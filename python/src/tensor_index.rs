@@ -116,8 +116,14 @@ fn apply_items(t: &Tensor, items: Vec<Item>) -> rnn_core::Result<Tensor> {
 #[pymethods]
 impl PyTensor {
     /// Indexing and slicing: ``t[0]``, ``t[1:3]``, ``t[::2]``, ``t[..., -1]``,
-    /// ``t[:, None]``, ``t[[0, 2]]``. Int and step-1 slices give views; see the module
-    /// documentation of ``rnn.Tensor`` for the full rules. IndexError when out of range.
+    /// ``t[:, None]``, ``t[[0, 2]]``.
+    ///
+    /// Each item of the key applies to the next dim: an int selects one entry and removes
+    /// the dim (negative counts from the end); a slice keeps a range (a view for step 1, a
+    /// copy for a larger step; negative steps are refused, as in PyTorch); ``...`` stands
+    /// for as many full slices as needed; None inserts a dim of size 1; a list or 1-D
+    /// integer Tensor selects those positions (a copy). Results are differentiable.
+    /// IndexError when an index is out of range.
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         let items = parse_key(key, self.inner.dims())?;
         let t = &self.inner;

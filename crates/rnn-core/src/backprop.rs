@@ -77,7 +77,8 @@ thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
 }
 
-pub(crate) fn grad_enabled() -> bool {
+/// Whether ops are recorded for autograd on this thread (false inside `no_grad`).
+pub fn grad_enabled() -> bool {
     GRAD_ENABLED.with(|g| g.get())
 }
 

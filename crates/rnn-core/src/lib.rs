@@ -50,7 +50,7 @@ pub mod wgpu;
 mod window;
 
 pub use adapter_info::{wgpu_adapters, WgpuAdapterInfo};
-pub use backprop::{no_grad, GradStore, NoGradGuard};
+pub use backprop::{grad_enabled, no_grad, GradStore, NoGradGuard};
 pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{try_vec, Error, Result};

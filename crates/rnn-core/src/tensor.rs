@@ -234,6 +234,21 @@ impl Tensor {
         Ok(contiguous.as_slice::<T>()?.to_vec())
     }
 
+    /// Calls `f` with the elements in row-major order: a contiguous CPU tensor lends its
+    /// storage (no copy; the storage is read-locked during `f`), others are copied once.
+    pub fn with_host_slice<T: WithDType, R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        if self.dtype() != T::DTYPE {
+            return Err(Error::DTypeMismatch { op: "with_host_slice", lhs: self.dtype(), rhs: T::DTYPE });
+        }
+        {
+            let storage = self.storage();
+            if let (Storage::Cpu(cpu), Some((start, end))) = (&*storage, self.layout().contiguous_offsets()) {
+                return Ok(f(&cpu.as_slice::<T>()?[start..end]));
+            }
+        }
+        Ok(f(&self.to_vec::<T>()?))
+    }
+
     pub fn to_vec1<T: WithDType>(&self) -> Result<Vec<T>> {
         self.expect_rank("to_vec1", 1)?;
         self.to_vec()

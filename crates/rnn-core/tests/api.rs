@@ -260,3 +260,20 @@ fn operator_errors_match_methods(device: Device) -> Result<()> {
     Ok(())
 }
 test_device!(operator_errors_match_methods_test, operator_errors_match_methods);
+
+// ---------------------------------------------------------------- host access
+
+/// `with_host_slice` sees the elements in row-major order whatever the layout and device,
+/// and refuses another element type.
+fn with_host_slice_reads_logical_order(device: Device) -> Result<()> {
+    let a = matrix(device)?;
+    let views = [a.clone(), a.t()?, a.narrow(1, 1, 2)?, a.narrow(0, 1, 1)?];
+    for view in &views {
+        let seen = view.with_host_slice(|s: &[f32]| s.to_vec())?;
+        assert_eq!(seen, view.to_vec::<f32>()?, "shape {:?}", view.dims());
+    }
+    let err = a.with_host_slice(|s: &[i64]| s.len()).unwrap_err();
+    assert!(matches!(err, Error::DTypeMismatch { .. }));
+    Ok(())
+}
+test_device!(with_host_slice_reads_logical_order_test, with_host_slice_reads_logical_order);

@@ -1,0 +1,54 @@
+"""rnn: deep learning with real GPU acceleration (CPU, CUDA, wgpu).
+
+Tensors with autograd (``rnn.Tensor``), devices (``rnn.Device``), layers and losses
+(``rnn.nn``), optimizers (``rnn.optim``), the training loop (``rnn.Network``).
+All computation is done by the Rust library; this package is a thin layer over it.
+"""
+
+from ._rnn import (
+    Device,
+    Tensor,
+    arange,
+    cat,
+    full,
+    is_grad_enabled,
+    manual_seed,
+    no_grad,
+    ones,
+    rand,
+    randn,
+    stack,
+    zeros,
+)
+
+# Element types, by the names the library uses (Tensor.dtype returns these strings).
+float32 = "f32"
+float64 = "f64"
+float16 = "f16"
+bfloat16 = "bf16"
+uint8 = "u8"
+uint32 = "u32"
+int64 = "i64"
+
+__all__ = [
+    "Device",
+    "Tensor",
+    "no_grad",
+    "is_grad_enabled",
+    "zeros",
+    "ones",
+    "full",
+    "rand",
+    "randn",
+    "arange",
+    "cat",
+    "stack",
+    "manual_seed",
+    "float32",
+    "float64",
+    "float16",
+    "bfloat16",
+    "uint8",
+    "uint32",
+    "int64",
+]

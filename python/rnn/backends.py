@@ -1,0 +1,1 @@
+"""rnn.backends (see the package documentation)."""

@@ -1,0 +1,1 @@
+"""rnn.micrograd (see the package documentation)."""

@@ -1,0 +1,1 @@
+"""rnn.nn (see the package documentation)."""

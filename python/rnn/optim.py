@@ -1,0 +1,1 @@
+"""rnn.optim (see the package documentation)."""

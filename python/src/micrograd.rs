@@ -175,7 +175,13 @@ impl Value {
     fn to(slf: &Bound<'_, Self>, device: MgDevice) -> PyResult<Value> {
         let this = slf.borrow();
         let target = device.inner;
-        let out = this.tensor.to_device(target).and_then(|t| t.to_dtype(value_dtype(target))).py_err()?;
+        let dtype = value_dtype(target);
+        // Convert where the dtype exists: before moving to wgpu (no f64), after moving back.
+        let out = match target {
+            Device::Wgpu(_) => this.tensor.to_dtype(dtype).and_then(|t| t.to_device(target)),
+            _ => this.tensor.to_device(target).and_then(|t| t.to_dtype(dtype)),
+        };
+        let out = out.py_err()?;
         Ok(Value::result(out, vec![slf.clone().unbind()], target))
     }
 

@@ -146,8 +146,8 @@ class Module:
             raise NotImplementedError("Module.to moves rnn.nn layers; move your own parameters yourself")
 
     def zero_grad(self):
-        for p in self.parameters():
-            p.grad = None
+        """Clears the ``.grad`` of every parameter."""
+        _rnn._zero_grad(self.parameters())
 
     def num_parameters(self):
         return sum(_numel(p) for p in self.parameters())

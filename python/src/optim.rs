@@ -240,7 +240,18 @@ fn clip_grad_norm_(py: Python<'_>, parameters: &Bound<'_, PyAny>, max_norm: f64)
     Ok(norm)
 }
 
+/// Clears the ``.grad`` of every tensor of ``parameters`` (``Module.zero_grad``).
+#[pyfunction]
+fn _zero_grad(parameters: &Bound<'_, PyAny>) -> PyResult<()> {
+    for p in parameters.try_iter()? {
+        let t = tensor_from_py(&p?)?;
+        *slot_for(&t).lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+    Ok(())
+}
+
 pub fn register(py: Python<'_>, m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_zero_grad, m)?)?;
     m.add_class::<PyOptimizer>()?;
     m.add_class::<PySgd>()?;
     m.add_class::<PyAdam>()?;

@@ -21,7 +21,8 @@ fn data(shape: &[usize], phase: f64) -> Result<Tensor> {
 
 /// `"name": {"shape": [..], "data": [..]}` of a tensor (values as f64).
 fn entry(name: &str, t: &Tensor) -> Result<String> {
-    let values: Vec<String> = t.to_dtype(DType::F64)?.flatten_all()?.to_vec::<f64>()?.iter().map(|v| format!("{v:?}")).collect();
+    let values: Vec<String> =
+        t.to_dtype(DType::F64)?.flatten_all()?.to_vec::<f64>()?.iter().map(|v| format!("{v:?}")).collect();
     Ok(format!("\"{name}\": {{\"shape\": {:?}, \"data\": [{}]}}", t.dims(), values.join(", ")))
 }
 
@@ -63,6 +64,9 @@ fn network() -> Result<Vec<String>> {
     ])
 }
 
+/// Builds an optimizer over one parameter.
+type MakeOptimizer = Box<dyn Fn(Tensor) -> Result<Box<dyn Optimizer>>>;
+
 /// Three steps of SGD with momentum and of Adam on `p` with the gradient `g * step`.
 fn optimizers() -> Result<Vec<String>> {
     let start = data(&[2, 3], 1.0)?;
@@ -70,7 +74,7 @@ fn optimizers() -> Result<Vec<String>> {
     let mut out = vec![entry("optim_start", &start)?, entry("optim_grad", &grad)?];
     let sgd = SgdConfig { lr: 0.1, momentum: 0.9, ..Default::default() };
     let adam = AdamConfig { lr: 0.05, ..Default::default() };
-    let builds: [(&str, Box<dyn Fn(Tensor) -> Result<Box<dyn Optimizer>>>); 2] = [
+    let builds: [(&str, MakeOptimizer); 2] = [
         ("optim_sgd", Box::new(move |p| Ok(Box::new(Sgd::new(vec![p], sgd.clone())?)))),
         ("optim_adam", Box::new(move |p| Ok(Box::new(Adam::new(vec![p], adam.clone())?)))),
     ];

@@ -70,11 +70,6 @@ fn matmul() -> Result<f64> {
 }
 
 fn main() -> Result<()> {
-    println!(
-        "{{\"add16_x1000\": {:?}, \"mlp_step\": {:?}, \"matmul_1024\": {:?}}}",
-        add16()?,
-        mlp_step()?,
-        matmul()?
-    );
+    println!("{{\"add16_x1000\": {:?}, \"mlp_step\": {:?}, \"matmul_1024\": {:?}}}", add16()?, mlp_step()?, matmul()?);
     Ok(())
 }

@@ -163,7 +163,10 @@ impl PyBackend {
     fn benchmark_kernel(&self, py: Python<'_>, name: &str, x: &Bound<'_, PyAny>, num_runs: usize) -> PyResult<f64> {
         self.check_available()?;
         if !BENCHMARK_OPS.contains(&name) {
-            return Err(PyValueError::new_err(format!("unknown kernel '{name}' (known: {})", BENCHMARK_OPS.join(", "))));
+            return Err(PyValueError::new_err(format!(
+                "unknown kernel '{name}' (known: {})",
+                BENCHMARK_OPS.join(", ")
+            )));
         }
         if num_runs == 0 {
             return Err(PyValueError::new_err("num_runs must be at least 1"));

@@ -68,7 +68,10 @@ impl From<&GpuDevice> for PyGpuDevice {
 #[pymethods]
 impl PyGpuDevice {
     fn __repr__(&self) -> String {
-        format!("GpuDevice(id={}, name='{}', type={}, device={})", self.id, self.name, self.device_type, self.device.inner)
+        format!(
+            "GpuDevice(id={}, name='{}', type={}, device={})",
+            self.id, self.name, self.device_type, self.device.inner
+        )
     }
 }
 

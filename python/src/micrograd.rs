@@ -255,7 +255,11 @@ impl Value {
     }
 
     /// ``self ** exponent`` for a number ``exponent`` (as in micrograd).
-    fn __pow__(slf: &Bound<'_, Self>, exponent: &Bound<'_, PyAny>, modulo: Option<&Bound<'_, PyAny>>) -> PyResult<Value> {
+    fn __pow__(
+        slf: &Bound<'_, Self>,
+        exponent: &Bound<'_, PyAny>,
+        modulo: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Value> {
         if modulo.is_some_and(|m| !m.is_none()) || exponent.cast::<Value>().is_ok() {
             return Err(PyTypeError::new_err("Value ** x supports a number x only"));
         }

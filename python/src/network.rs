@@ -19,10 +19,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rnn_train::{Network, NetworkBuilder};
 
-use crate::device::{device_from_py, PyDevice};
-use crate::errors::without_gil;
 use self::config::{PyEvaluation, PyHistory, PyTrainingConfig};
 use self::spec::{PyLayerBuilder, PyLoss};
+use crate::device::{device_from_py, PyDevice};
+use crate::errors::without_gil;
 use crate::nn::named_to_py;
 use crate::numpy_io::{tensor_from_py, tensor_to_numpy};
 use crate::tensor::PyTensor;
@@ -137,6 +137,7 @@ impl PyNetwork {
     }
 
     /// Moves the parameters to ``device`` (a Device or a name such as ``"cpu"``).
+    #[allow(clippy::wrong_self_convention)] // the Rust API's name (`Network::to_device`)
     fn to_device(&mut self, py: Python<'_>, device: &Bound<'_, PyAny>) -> PyResult<()> {
         let device = device_from_py(Some(device))?;
         let net = &mut self.0;

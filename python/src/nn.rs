@@ -134,7 +134,8 @@ impl PyLayer {
         let mask = attn_mask.filter(|m| !m.is_none()).map(from).transpose()?;
         let out = without_gil(py, || match &*self.lock() {
             LayerImpl::Attention(mha) => {
-                let masks = rnn_nn::AttentionMasks { attn_mask: mask.as_ref(), causal: is_causal, ..Default::default() };
+                let masks =
+                    rnn_nn::AttentionMasks { attn_mask: mask.as_ref(), causal: is_causal, ..Default::default() };
                 mha.forward_with(&q, &k, &v, masks)
             }
             LayerImpl::Plain(_) => Err(rnn_core::Error::invalid("attend", "this layer is not an attention layer")),
@@ -176,7 +177,12 @@ impl PyLayer {
     /// Rebuilds the layer on ``device`` in ``dtype`` (either may be None: unchanged) with
     /// the same values. The parameters are new tensors: build optimizers after moving.
     #[pyo3(signature = (device = None, dtype = None))]
-    fn to(&mut self, py: Python<'_>, device: Option<&Bound<'_, PyAny>>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn to(
+        &mut self,
+        py: Python<'_>,
+        device: Option<&Bound<'_, PyAny>>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         let device = match device.filter(|d| !d.is_none()) {
             Some(d) => device_from_py(Some(d))?,
             None => self.device,

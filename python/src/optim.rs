@@ -36,7 +36,8 @@ impl PyOptimizer {
         for p in params.try_iter()? {
             let t = tensor_from_py(&p?)?;
             if !t.is_variable() {
-                let msg = "optimizer got a tensor that does not require grad (create parameters with requires_grad=True)";
+                let msg =
+                    "optimizer got a tensor that does not require grad (create parameters with requires_grad=True)";
                 return Err(pyo3::exceptions::PyValueError::new_err(msg));
             }
             tensors.push(t);

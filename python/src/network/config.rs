@@ -64,7 +64,11 @@ impl PyEarlyStopping {
         let monitor = match monitor {
             "val_loss" => Monitor::ValLoss,
             "val_accuracy" => Monitor::ValAccuracy,
-            other => return Err(PyValueError::new_err(format!("monitor must be 'val_loss' or 'val_accuracy', got '{other}'"))),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "monitor must be 'val_loss' or 'val_accuracy', got '{other}'"
+                )))
+            }
         };
         Ok(PyEarlyStopping(EarlyStopping { monitor, patience, min_delta, restore_best_weights }))
     }
@@ -140,7 +144,11 @@ impl PyTrainingConfig {
         let on_non_finite = match self.on_non_finite.as_str() {
             "stop" => NonFinitePolicy::Stop,
             "skip_step" => NonFinitePolicy::SkipStep,
-            other => return Err(PyValueError::new_err(format!("on_non_finite must be 'stop' or 'skip_step', got '{other}'"))),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "on_non_finite must be 'stop' or 'skip_step', got '{other}'"
+                )))
+            }
         };
         let device = self.device.as_deref().map(Device::parse).transpose();
         Ok(TrainingConfig {
@@ -163,7 +171,11 @@ impl PyTrainingConfig {
     }
 
     /// A copy with the given keyword overrides (a TypeError names an unknown one).
-    pub fn with_overrides(py: Python<'_>, base: PyTrainingConfig, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+    pub fn with_overrides(
+        py: Python<'_>,
+        base: PyTrainingConfig,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
         let config = Bound::new(py, base)?;
         for (key, value) in kwargs.into_iter().flatten() {
             let name: String = key.extract()?;
@@ -229,7 +241,12 @@ impl PyHistory {
         self.train_loss.len()
     }
     fn __repr__(&self) -> String {
-        format!("History(epochs={}, train_loss={:?}, val_loss={:?})", self.train_loss.len(), self.train_loss, self.val_loss)
+        format!(
+            "History(epochs={}, train_loss={:?}, val_loss={:?})",
+            self.train_loss.len(),
+            self.train_loss,
+            self.val_loss
+        )
     }
 }
 

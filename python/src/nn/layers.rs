@@ -5,9 +5,9 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use rnn_core::Result;
 use rnn_nn::{
-    Activation, AvgPool2d, BatchNorm1d, BatchNorm2d, BatchNormConfig, Conv2d, Conv2dConfig, Dropout, Embedding, Flatten,
-    Gru, LayerNorm, LayerNormConfig, Linear, Lstm, MaxPool2d, MultiHeadAttention, Pool2dConfig, RecurrentConfig,
-    RmsNorm, RmsNormConfig, Rnn, RnnNonlinearity, VarBuilder,
+    Activation, AvgPool2d, BatchNorm1d, BatchNorm2d, BatchNormConfig, Conv2d, Conv2dConfig, Dropout, Embedding,
+    Flatten, Gru, LayerNorm, LayerNormConfig, Linear, Lstm, MaxPool2d, MultiHeadAttention, Pool2dConfig,
+    RecurrentConfig, RmsNorm, RmsNormConfig, Rnn, RnnNonlinearity, VarBuilder,
 };
 
 use crate::nn::{LayerImpl, PyLayer, Recipe};
@@ -46,7 +46,14 @@ fn shape(obj: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
 
 #[pyfunction]
 #[pyo3(signature = (in_features, out_features, bias = true, device = None, dtype = None))]
-fn _linear(py: Python<'_>, in_features: usize, out_features: usize, bias: bool, device: Arg, dtype: Arg) -> PyResult<PyLayer> {
+fn _linear(
+    py: Python<'_>,
+    in_features: usize,
+    out_features: usize,
+    bias: bool,
+    device: Arg,
+    dtype: Arg,
+) -> PyResult<PyLayer> {
     let text = format!("Linear(in_features={in_features}, out_features={out_features}, bias={})", py_bool(bias));
     layer(py, text, device, dtype, move |vb| {
         let init = rnn_nn::Init::FanInUniform;
@@ -92,7 +99,14 @@ fn _conv2d(
 /// Max (`max = true`) or average pooling.
 #[pyfunction]
 #[pyo3(signature = (max, kernel_size, stride = None, padding = None, dilation = None))]
-fn _pool2d(py: Python<'_>, max: bool, kernel_size: &Bound<'_, PyAny>, stride: Arg, padding: Arg, dilation: Arg) -> PyResult<PyLayer> {
+fn _pool2d(
+    py: Python<'_>,
+    max: bool,
+    kernel_size: &Bound<'_, PyAny>,
+    stride: Arg,
+    padding: Arg,
+    dilation: Arg,
+) -> PyResult<PyLayer> {
     let kernel = pair(kernel_size, "kernel_size")?;
     let config = Pool2dConfig {
         stride: stride.filter(|s| !s.is_none()).map(|s| pair(s, "stride")).transpose()?,
@@ -100,7 +114,11 @@ fn _pool2d(py: Python<'_>, max: bool, kernel_size: &Bound<'_, PyAny>, stride: Ar
         dilation: dilation.map_or(Ok((1, 1)), |d| pair(d, "dilation"))?,
     };
     let name = if max { "MaxPool2d" } else { "AvgPool2d" };
-    let text = format!("{name}(kernel_size={kernel:?}, stride={:?}, padding={:?})", config.stride.unwrap_or(kernel), config.padding);
+    let text = format!(
+        "{name}(kernel_size={kernel:?}, stride={:?}, padding={:?})",
+        config.stride.unwrap_or(kernel),
+        config.padding
+    );
     layer(py, text, None, None, move |_| match max {
         true => Ok(LayerImpl::plain(MaxPool2d::with_config(kernel, config)?)),
         false => Ok(LayerImpl::plain(AvgPool2d::with_config(kernel, config)?)),
@@ -178,7 +196,13 @@ fn _flatten(py: Python<'_>, start_dim: i64, end_dim: i64) -> PyResult<PyLayer> {
 
 #[pyfunction]
 #[pyo3(signature = (num_embeddings, embedding_dim, device = None, dtype = None))]
-fn _embedding(py: Python<'_>, num_embeddings: usize, embedding_dim: usize, device: Arg, dtype: Arg) -> PyResult<PyLayer> {
+fn _embedding(
+    py: Python<'_>,
+    num_embeddings: usize,
+    embedding_dim: usize,
+    device: Arg,
+    dtype: Arg,
+) -> PyResult<PyLayer> {
     let text = format!("Embedding({num_embeddings}, {embedding_dim})");
     layer(py, text, device, dtype, move |vb| Ok(LayerImpl::plain(Embedding::new(num_embeddings, embedding_dim, vb)?)))
 }
@@ -205,7 +229,14 @@ fn _activation(py: Python<'_>, name: &str, negative_slope: f64) -> PyResult<PyLa
 
 #[pyfunction]
 #[pyo3(signature = (embed_dim, num_heads, bias = true, device = None, dtype = None))]
-fn _multihead_attention(py: Python<'_>, embed_dim: usize, num_heads: usize, bias: bool, device: Arg, dtype: Arg) -> PyResult<PyLayer> {
+fn _multihead_attention(
+    py: Python<'_>,
+    embed_dim: usize,
+    num_heads: usize,
+    bias: bool,
+    device: Arg,
+    dtype: Arg,
+) -> PyResult<PyLayer> {
     let text = format!("MultiheadAttention(embed_dim={embed_dim}, num_heads={num_heads}, bias={})", py_bool(bias));
     layer(py, text, device, dtype, move |vb| {
         Ok(LayerImpl::Attention(MultiHeadAttention::with_bias(embed_dim, num_heads, bias, vb)?))

@@ -33,7 +33,12 @@ fn pair_loss(
 /// Mean squared error of ``input`` against ``target`` (same shape).
 #[pyfunction]
 #[pyo3(signature = (input, target, reduction = "mean"))]
-fn mse_loss(py: Python<'_>, input: &Bound<'_, PyAny>, target: &Bound<'_, PyAny>, reduction: &str) -> PyResult<PyTensor> {
+fn mse_loss(
+    py: Python<'_>,
+    input: &Bound<'_, PyAny>,
+    target: &Bound<'_, PyAny>,
+    reduction: &str,
+) -> PyResult<PyTensor> {
     let r = self::reduction(reduction)?;
     pair_loss(py, input, target, move |x, y| loss::mse_with(x, y, r))
 }

@@ -12,6 +12,9 @@ use crate::nn::named_to_py;
 use crate::numpy_io::tensor_from_py;
 use crate::tensor::PyTensor;
 
+/// A safetensors file's `(name, tensor)` pairs and metadata.
+type FileContents = (Vec<(String, PyTensor)>, BTreeMap<String, String>);
+
 /// `(name, value)` pairs with each value read as a tensor (Tensor or numpy array).
 fn named_tensors(pairs: Vec<(String, Bound<'_, PyAny>)>) -> PyResult<Vec<(String, Tensor)>> {
     pairs.into_iter().map(|(name, value)| Ok((name, tensor_from_py(&value)?))).collect()
@@ -34,7 +37,7 @@ fn _save_file(
 
 /// The ``(name, tensor)`` pairs (on the CPU, sorted by name) and metadata of a safetensors file.
 #[pyfunction]
-fn _load_file(py: Python<'_>, path: std::path::PathBuf) -> PyResult<(Vec<(String, PyTensor)>, BTreeMap<String, String>)> {
+fn _load_file(py: Python<'_>, path: std::path::PathBuf) -> PyResult<FileContents> {
     let ckpt = without_gil(py, move || checkpoint::load(&path))?;
     Ok((named_to_py(ckpt.tensors), ckpt.metadata))
 }
@@ -45,7 +48,11 @@ fn _load_file(py: Python<'_>, path: std::path::PathBuf) -> PyResult<(Vec<(String
 /// converted to its target's dtype (numpy float64 arrays load into f32 parameters, as
 /// PyTorch's ``load_state_dict`` copies with a cast).
 #[pyfunction]
-fn _assign_state(py: Python<'_>, targets: Vec<(String, Bound<'_, PyAny>)>, sources: Vec<(String, Bound<'_, PyAny>)>) -> PyResult<()> {
+fn _assign_state(
+    py: Python<'_>,
+    targets: Vec<(String, Bound<'_, PyAny>)>,
+    sources: Vec<(String, Bound<'_, PyAny>)>,
+) -> PyResult<()> {
     let targets = named_tensors(targets)?;
     let sources = named_tensors(sources)?;
     without_gil(py, move || {

@@ -5,7 +5,21 @@ Tensors with autograd (``rnn.Tensor``), devices (``rnn.Device``), layers and los
 All computation is done by the Rust library; this package is a thin layer over it.
 """
 
-from ._rnn import Device, Tensor, is_grad_enabled, no_grad
+from ._rnn import (
+    Device,
+    Tensor,
+    arange,
+    cat,
+    full,
+    is_grad_enabled,
+    manual_seed,
+    no_grad,
+    ones,
+    rand,
+    randn,
+    stack,
+    zeros,
+)
 
 # Element types, by the names the library uses (Tensor.dtype returns these strings).
 float32 = "f32"
@@ -21,6 +35,15 @@ __all__ = [
     "Tensor",
     "no_grad",
     "is_grad_enabled",
+    "zeros",
+    "ones",
+    "full",
+    "rand",
+    "randn",
+    "arange",
+    "cat",
+    "stack",
+    "manual_seed",
     "float32",
     "float64",
     "float16",

@@ -54,10 +54,34 @@ where
     F: FnOnce() -> rnn_core::Result<T> + Send,
     T: Send,
 {
-    let outcome = py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
-    match outcome {
+    py.detach(|| catch_panic(work))
+}
+
+/// Runs `work` with the GIL held, a panic caught as in `without_gil`.
+pub fn catch_panic<T>(work: impl FnOnce() -> rnn_core::Result<T>) -> PyResult<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
         Ok(result) => result.py_err(),
         Err(payload) => Err(panic_to_py_err(payload.as_ref())),
+    }
+}
+
+/// Inputs with fewer elements than this make a quick op (microseconds on the CPU): it runs
+/// with the GIL held, since releasing and re-taking the GIL would be a sizable share of
+/// the call. Larger inputs, and any GPU tensor (a call may wait for the device), release it.
+pub const GIL_RELEASE_ELEMS: usize = 1 << 14;
+
+/// Runs a tensor op on `inputs` through `without_gil`, or with the GIL held when it is
+/// quick (see `GIL_RELEASE_ELEMS`); panics are caught either way.
+pub fn run_op<T, F>(py: Python<'_>, inputs: &[&rnn_core::Tensor], work: F) -> PyResult<T>
+where
+    F: FnOnce() -> rnn_core::Result<T> + Send,
+    T: Send,
+{
+    let heavy = inputs.iter().any(|t| t.elem_count() >= GIL_RELEASE_ELEMS || !t.device().is_cpu());
+    if heavy {
+        without_gil(py, work)
+    } else {
+        catch_panic(work)
     }
 }
 
@@ -71,11 +95,17 @@ fn panic_to_py_err(payload: &(dyn std::any::Any + Send)) -> PyErr {
     PyRuntimeError::new_err(format!("internal error in rnn (please report it): {what}"))
 }
 
-/// Panics inside `without_gil`: the tests check that the caller sees a `RuntimeError`.
+/// Panics inside `without_gil` (or `catch_panic` when `release_gil` is false): the tests
+/// check that the caller sees a `RuntimeError` and that the interpreter carries on.
 #[pyfunction]
-#[pyo3(name = "_force_panic")]
-fn force_panic(py: Python<'_>) -> PyResult<()> {
-    without_gil(py, || -> rnn_core::Result<()> { panic!("forced panic for testing") })
+#[pyo3(name = "_force_panic", signature = (release_gil = true))]
+fn force_panic(py: Python<'_>, release_gil: bool) -> PyResult<()> {
+    let work = || -> rnn_core::Result<()> { panic!("forced panic for testing") };
+    if release_gil {
+        without_gil(py, work)
+    } else {
+        catch_panic(work)
+    }
 }
 
 pub fn register(_py: Python<'_>, m: &Bound<'_, PyModule>) -> PyResult<()> {

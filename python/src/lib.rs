@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 
 pub mod autograd;
 pub mod backends;
+mod creation;
 pub mod device;
 pub mod errors;
 pub mod gpu;
@@ -21,6 +22,10 @@ pub mod nn;
 mod numpy_io;
 pub mod optim;
 pub mod tensor;
+mod tensor_index;
+mod tensor_math;
+mod tensor_ops;
+mod tensor_shape;
 
 #[pymodule]
 fn _rnn(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -28,6 +33,7 @@ fn _rnn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(py, m)?;
     device::register(py, m)?;
     tensor::register(py, m)?;
+    creation::register(py, m)?;
     autograd::register(py, m)?;
     nn::register(py, m)?;
     optim::register(py, m)?;

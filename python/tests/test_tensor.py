@@ -9,7 +9,7 @@ import rnn
 def test_numpy_round_trip_keeps_values_shape_and_dtype():
     a = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
     t = rnn.Tensor(a)
-    assert t.shape == [2, 3]
+    assert t.shape == (2, 3)
     assert t.dtype == rnn.float32
     assert str(t.device) == "cpu"
     np.testing.assert_array_equal(t.numpy(), a)

@@ -1,0 +1,174 @@
+//! Module functions that make tensors: `rnn.zeros`, `rnn.ones`, `rnn.full`, `rnn.arange`,
+//! `rnn.rand`, `rnn.randn`, `rnn.cat`, `rnn.stack`, `rnn.manual_seed`.
+
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use rnn_core::{DType, Device, Tensor};
+
+use crate::device::device_from_py;
+use crate::errors::{run_op, without_gil};
+use crate::tensor::{dtype_from_py, tensor_from_py, PyTensor};
+
+/// The shape from `zeros(2, 3)` or `zeros((2, 3))`.
+fn shape_args(args: &Bound<'_, PyTuple>) -> PyResult<Vec<usize>> {
+    if args.len() == 1 && args.get_item(0)?.extract::<usize>().is_err() {
+        return args.get_item(0)?.extract();
+    }
+    args.extract()
+}
+
+/// The dtype argument, f32 when None.
+fn dtype_or_f32(dtype: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
+    dtype.filter(|d| !d.is_none()).map_or(Ok(DType::F32), dtype_from_py)
+}
+
+/// Makes a tensor with `make(shape, dtype, device)` and applies `requires_grad`.
+fn create(
+    py: Python<'_>,
+    shape: Vec<usize>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+    make: impl FnOnce(Vec<usize>, DType, Device) -> rnn_core::Result<Tensor> + Send,
+) -> PyResult<PyTensor> {
+    let (dtype, device) = (dtype_or_f32(dtype)?, device_from_py(device)?);
+    let t = without_gil(py, move || make(shape, dtype, device))?;
+    Ok(PyTensor::new(if requires_grad { t.requires_grad() } else { t }))
+}
+
+/// A tensor of zeros: ``rnn.zeros(2, 3)`` or ``rnn.zeros((2, 3), dtype="f64", device="cpu")``.
+#[pyfunction]
+#[pyo3(signature = (*shape, dtype = None, device = None, requires_grad = false))]
+fn zeros(
+    py: Python<'_>,
+    shape: &Bound<'_, PyTuple>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<PyTensor> {
+    create(py, shape_args(shape)?, dtype, device, requires_grad, Tensor::zeros)
+}
+
+/// A tensor of ones (arguments as for ``zeros``).
+#[pyfunction]
+#[pyo3(signature = (*shape, dtype = None, device = None, requires_grad = false))]
+fn ones(
+    py: Python<'_>,
+    shape: &Bound<'_, PyTuple>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<PyTensor> {
+    create(py, shape_args(shape)?, dtype, device, requires_grad, Tensor::ones)
+}
+
+/// A tensor of ``shape`` filled with ``value``.
+#[pyfunction]
+#[pyo3(signature = (shape, value, dtype = None, device = None, requires_grad = false))]
+fn full(
+    py: Python<'_>,
+    shape: Vec<usize>,
+    value: f64,
+    dtype: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<PyTensor> {
+    create(py, shape, dtype, device, requires_grad, move |s, d, dev| Tensor::full(value, s, d, dev))
+}
+
+/// Uniform random values in ``[low, high)`` (seeded by ``rnn.manual_seed``).
+#[pyfunction]
+#[pyo3(signature = (*shape, low = 0.0, high = 1.0, dtype = None, device = None, requires_grad = false))]
+fn rand(
+    py: Python<'_>,
+    shape: &Bound<'_, PyTuple>,
+    low: f64,
+    high: f64,
+    dtype: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<PyTensor> {
+    create(py, shape_args(shape)?, dtype, device, requires_grad, move |s, d, dev| Tensor::rand(low, high, s, d, dev))
+}
+
+/// Normal random values with ``mean`` and ``std`` (seeded by ``rnn.manual_seed``).
+#[pyfunction]
+#[pyo3(signature = (*shape, mean = 0.0, std = 1.0, dtype = None, device = None, requires_grad = false))]
+fn randn(
+    py: Python<'_>,
+    shape: &Bound<'_, PyTuple>,
+    mean: f64,
+    std: f64,
+    dtype: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<PyTensor> {
+    create(py, shape_args(shape)?, dtype, device, requires_grad, move |s, d, dev| Tensor::randn(mean, std, s, d, dev))
+}
+
+/// ``start, start + step, ...`` below ``end`` (``arange(5)`` is 0..5). The dtype is i64
+/// when every argument is an int, else f32, unless ``dtype`` is given.
+#[pyfunction]
+#[pyo3(signature = (start, end = None, step = None, dtype = None, device = None))]
+fn arange(
+    py: Python<'_>,
+    start: &Bound<'_, PyAny>,
+    end: Option<&Bound<'_, PyAny>>,
+    step: Option<&Bound<'_, PyAny>>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyTensor> {
+    let all_ints = [Some(start), end, step].into_iter().flatten().all(|v| v.extract::<i64>().is_ok());
+    let default = if all_ints { DType::I64 } else { DType::F32 };
+    let dtype = dtype.filter(|d| !d.is_none()).map_or(Ok(default), dtype_from_py)?;
+    let (mut lo, mut hi) = (0.0, start.extract::<f64>()?);
+    if let Some(end) = end.filter(|e| !e.is_none()) {
+        (lo, hi) = (hi, end.extract()?);
+    }
+    let step = step.filter(|s| !s.is_none()).map_or(Ok(1.0), |s| s.extract::<f64>())?;
+    let device = device_from_py(device)?;
+    let t =
+        without_gil(py, move || Tensor::arange_step(lo, hi, step, Device::Cpu)?.to_dtype(dtype)?.to_device(device))?;
+    Ok(PyTensor::new(t))
+}
+
+/// The tensors of a list, as core tensors.
+fn tensor_list(tensors: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
+    tensors.try_iter()?.map(|t| tensor_from_py(&t?)).collect()
+}
+
+/// Joins tensors along an existing dim (their other dims must match).
+#[pyfunction]
+#[pyo3(signature = (tensors, dim = 0))]
+fn cat(py: Python<'_>, tensors: &Bound<'_, PyAny>, dim: i64) -> PyResult<PyTensor> {
+    let ts = tensor_list(tensors)?;
+    let refs: Vec<&Tensor> = ts.iter().collect();
+    Ok(PyTensor::new(run_op(py, &refs, || Tensor::cat(&ts, dim))?))
+}
+
+/// Joins tensors of one shape along a new dim.
+#[pyfunction]
+#[pyo3(signature = (tensors, dim = 0))]
+fn stack(py: Python<'_>, tensors: &Bound<'_, PyAny>, dim: i64) -> PyResult<PyTensor> {
+    let ts = tensor_list(tensors)?;
+    let refs: Vec<&Tensor> = ts.iter().collect();
+    Ok(PyTensor::new(run_op(py, &refs, || Tensor::stack(&ts, dim))?))
+}
+
+/// Seeds the library's random generator (``rand``, ``randn``, layer initialization).
+#[pyfunction]
+fn manual_seed(seed: u64) {
+    rnn_core::manual_seed(seed);
+}
+
+pub fn register(_py: Python<'_>, m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(zeros, m)?)?;
+    m.add_function(wrap_pyfunction!(ones, m)?)?;
+    m.add_function(wrap_pyfunction!(full, m)?)?;
+    m.add_function(wrap_pyfunction!(rand, m)?)?;
+    m.add_function(wrap_pyfunction!(randn, m)?)?;
+    m.add_function(wrap_pyfunction!(arange, m)?)?;
+    m.add_function(wrap_pyfunction!(cat, m)?)?;
+    m.add_function(wrap_pyfunction!(stack, m)?)?;
+    m.add_function(wrap_pyfunction!(manual_seed, m)?)
+}

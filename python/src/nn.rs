@@ -16,6 +16,7 @@ use rnn_core::{DType, Device, Result, Tensor};
 use rnn_nn::{Module, MultiHeadAttention, VarBuilder};
 use rnn_train::checkpoint::{self, Checkpoint};
 
+use crate::autograd::{slot_for, GradSlot};
 use crate::device::{device_from_py, PyDevice};
 use crate::errors::without_gil;
 use crate::numpy_io::dtype_from_py;
@@ -68,6 +69,10 @@ pub struct PyLayer {
     device: Device,
     dtype: DType,
     training: bool,
+    /// The gradient slots of the parameters, kept alive with the layer so that
+    /// `loss.backward()` fills them even when no Python handle of a parameter exists (a
+    /// handle made later, `layer.weight.grad`, shares the slot).
+    grad_slots: Vec<GradSlot>,
 }
 
 impl PyLayer {
@@ -87,7 +92,8 @@ impl PyLayer {
             let mut vb = VarBuilder::new(device, dtype, next_seed()?);
             make(&mut vb)
         })?;
-        let layer = PyLayer { layer: Mutex::new(layer), recipe, description, device, dtype, training: true };
+        let grad_slots = slots_of(&layer);
+        let layer = PyLayer { layer: Mutex::new(layer), recipe, description, device, dtype, training: true, grad_slots };
         layer.lock().module_mut().set_training(true);
         Ok(layer)
     }
@@ -95,6 +101,11 @@ impl PyLayer {
     fn lock(&self) -> MutexGuard<'_, LayerImpl> {
         self.layer.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The gradient slots of a layer's parameters.
+fn slots_of(layer: &LayerImpl) -> Vec<GradSlot> {
+    layer.module().parameters().iter().map(slot_for).collect()
 }
 
 /// A seed drawn from the global generator of `rnn_core` (the one `rnn.manual_seed` sets).
@@ -197,6 +208,7 @@ impl PyLayer {
             layer.module_mut().set_training(training);
             Ok(layer)
         })?;
+        self.grad_slots = slots_of(&moved);
         *self.lock() = moved;
         (self.device, self.dtype) = (device, dtype);
         Ok(())

@@ -71,8 +71,8 @@ def test_conv_pool_flatten():
     np.testing.assert_allclose(y.numpy(), ref, rtol=1e-4, atol=1e-5)
     pooled = nn.MaxPool2d(2)(y).numpy()
     np.testing.assert_allclose(pooled, ref[:, :, :4, :4].reshape(1, 3, 2, 2, 2, 2).max(axis=(3, 5)), rtol=1e-4, atol=1e-5)
-    assert nn.Flatten()(y).shape == [1, 75]
-    assert nn.AvgPool2d(5)(y).shape == [1, 3, 1, 1]
+    assert nn.Flatten()(y).shape == (1, 75)
+    assert nn.AvgPool2d(5)(y).shape == (1, 3, 1, 1)
 
 
 def test_dropout_train_and_eval():
@@ -111,15 +111,15 @@ def test_multihead_attention_matches_its_formula():
     o = ((p / p.sum(-1, keepdims=True)) @ heads[2]).transpose(0, 2, 1, 3).reshape(2, 5, 8)
     expected = o @ s["out_proj.weight"].T + s["out_proj.bias"]
     np.testing.assert_allclose(mha(x).numpy(), expected, rtol=1e-4, atol=1e-5)
-    assert mha(x, is_causal=True).shape == [2, 5, 8]
+    assert mha(x, is_causal=True).shape == (2, 5, 8)
 
 
 def test_recurrent_layers_shapes_and_names():
     lstm = nn.LSTM(3, 5, num_layers=2)
-    assert lstm(randn(2, 4, 3)).shape == [2, 4, 5]
+    assert lstm(randn(2, 4, 3)).shape == (2, 4, 5)
     assert [n for n, _ in lstm.named_parameters()][:2] == ["weight_ih_l0", "weight_hh_l0"]
-    assert nn.GRU(3, 5)(randn(1, 2, 3)).shape == [1, 2, 5]
-    assert nn.RNN(3, 5, nonlinearity="relu")(randn(1, 2, 3)).shape == [1, 2, 5]
+    assert nn.GRU(3, 5)(randn(1, 2, 3)).shape == (1, 2, 5)
+    assert nn.RNN(3, 5, nonlinearity="relu")(randn(1, 2, 3)).shape == (1, 2, 5)
 
 
 def test_activations():

@@ -7,7 +7,9 @@ Workloads (CPU, f32; the same shapes in python/examples/rust_timing.rs):
   entropy, backward, Adam step; goal <= 1.0x torch);
 - matmul_1024: a 1024x1024 matmul (a large op; goal: within 5% of the same op from Rust).
 
-Every time is the median by bench/timing.py's rule. Run from the repository root with the
+Every time is the median by bench/timing.py's rule; the three sides run alternately for
+``--rounds`` rounds and each workload's best round counts (a shared machine's load comes and
+goes). Run from the repository root with the
 `rnn` package and torch installed (torch is optional: its column is left empty without it):
 
     cargo build --release -p rnn-python --example rust_timing
@@ -72,20 +74,51 @@ def torch_workloads(torch):
     return {"add16_x1000": adds(a, b), "mlp_step": step, "matmul_1024": lambda: m1 @ m2}
 
 
+def best(rounds):
+    """Each workload's best (smallest) median over the rounds, as bench/compare.py counts rounds."""
+    return {k: min(r[k] for r in rounds) for k in rounds[0]} if rounds else {}
+
+
+def side_times(side):
+    """One round of one side's workloads, in this process: {workload: seconds}."""
+    if side == "python":
+        return {k: time_call(f) for k, f in rnn_workloads().items()}
+    import torch
+    return {k: time_call(f) for k, f in torch_workloads(torch).items()}
+
+
+def run_side(command):
+    """A round in a fresh process (each library's thread pool alone in its process: torch's
+    OpenMP threads and rnn's rayon threads would otherwise wait on each other's cores)."""
+    return json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rust", help="the rust_timing example binary (the Rust column)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the three sides")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--side", choices=["python", "torch"], help=argparse.SUPPRESS)
     args = parser.parse_args()
-    results = {"python": {k: time_call(f) for k, f in rnn_workloads().items()}}
+    if args.side:
+        print(json.dumps(side_times(args.side)))
+        return
     try:
         import torch
-        results["torch"] = {k: time_call(f) for k, f in torch_workloads(torch).items()}
-        results["torch_version"] = torch.__version__
+        torch_version = torch.__version__
     except ImportError:
-        results["torch"] = {}
+        torch_version = None
+    commands = {"python": [sys.executable, __file__, "--side", "python"]}
+    if torch_version:
+        commands["torch"] = [sys.executable, __file__, "--side", "torch"]
     if args.rust:
-        results["rust"] = json.loads(subprocess.run([args.rust], capture_output=True, text=True, check=True).stdout)
+        commands["rust"] = [args.rust]
+    rounds = {side: [] for side in commands}
+    for _ in range(args.rounds):
+        for side, command in commands.items():
+            rounds[side].append(run_side(command))
+    results = {side: best(r) for side, r in rounds.items()}
+    results.update(rounds=rounds, torch_version=torch_version)
     print_table(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

@@ -93,7 +93,8 @@ impl PyLayer {
             make(&mut vb)
         })?;
         let grad_slots = slots_of(&layer);
-        let layer = PyLayer { layer: Mutex::new(layer), recipe, description, device, dtype, training: true, grad_slots };
+        let layer =
+            PyLayer { layer: Mutex::new(layer), recipe, description, device, dtype, training: true, grad_slots };
         layer.lock().module_mut().set_training(true);
         Ok(layer)
     }

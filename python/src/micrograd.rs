@@ -63,6 +63,14 @@ impl MgDevice {
     }
 }
 
+/// A device from this module's `Device`, an `rnn.Device` or a name (None: the CPU).
+fn any_device(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Device> {
+    match obj.map(|o| o.cast::<MgDevice>()) {
+        Some(Ok(d)) => Ok(d.get().inner),
+        _ => crate::device::device_from_py(obj),
+    }
+}
+
 /// The dtype of values on `device`: f64 unless the device lacks it (wgpu).
 fn value_dtype(device: Device) -> DType {
     match device {
@@ -135,10 +143,12 @@ impl Value {
 
 #[pymethods]
 impl Value {
+    /// ``device``: a ``Device`` of this module, an ``rnn.Device`` or a name such as ``"cpu"``
+    /// (default: the CPU).
     #[new]
     #[pyo3(signature = (data, device = None))]
-    fn new(py: Python<'_>, data: f64, device: Option<MgDevice>) -> PyResult<Self> {
-        let device = device.map_or(Device::Cpu, |d| d.inner);
+    fn new(py: Python<'_>, data: f64, device: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let device = any_device(device)?;
         without_gil(py, move || Value::leaf(data, device))
     }
 
@@ -172,9 +182,9 @@ impl Value {
     }
 
     /// This value on ``device`` (differentiable: gradients flow back to this value).
-    fn to(slf: &Bound<'_, Self>, device: MgDevice) -> PyResult<Value> {
+    fn to(slf: &Bound<'_, Self>, device: &Bound<'_, PyAny>) -> PyResult<Value> {
         let this = slf.borrow();
-        let target = device.inner;
+        let target = any_device(Some(device))?;
         let dtype = value_dtype(target);
         // Convert where the dtype exists: before moving to wgpu (no f64), after moving back.
         let out = match target {

@@ -218,3 +218,15 @@ def test_gradients_reach_the_parameters():
     np.testing.assert_allclose(layer.bias.grad.numpy(), r.sum(0), rtol=1e-4, atol=1e-6)
     layer.zero_grad()
     assert layer.weight.grad is None
+
+
+def test_layers_move_to_a_gpu_and_agree_with_the_cpu():
+    """On wgpu:0 (Mesa's lavapipe in CI) when there is one; skipped elsewhere."""
+    if not rnn.Device("wgpu:0").is_available():
+        pytest.skip("no wgpu adapter")
+    model = nn.Sequential(nn.Linear(6, 5), nn.GELU(), nn.LayerNorm(5))
+    x = randn(4, 6)
+    expected = model(x).numpy()
+    model.to("wgpu:0")
+    assert str(model[0].weight.device) == "wgpu:0"
+    np.testing.assert_allclose(model(rnn.Tensor(x, device="wgpu:0")).numpy(), expected, rtol=1e-4, atol=1e-5)

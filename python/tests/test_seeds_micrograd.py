@@ -107,3 +107,10 @@ def test_mlp_trains_with_the_micrograd_loop():
         for p in model.parameters():
             p.data -= 0.05 * p.grad
     assert loss().data < first
+
+
+def test_value_takes_any_device_form():
+    assert Value(1.0, device="cpu").device == Device.cpu()
+    assert Value(1.0, device=rnn.Device("cpu")).to("cpu").device == Device.cpu()
+    with pytest.raises(ValueError):
+        Value(1.0, device="tpu:0")

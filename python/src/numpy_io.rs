@@ -95,7 +95,8 @@ where
     let array = array.cast::<PyArrayDyn<N>>()?;
     let readonly = array.try_readonly()?;
     let shape = readonly.shape().to_vec();
-    if let Ok(slice) = readonly.as_slice() {
+    // `as_slice` also accepts Fortran order: only a C-order slice is in row-major order.
+    if let (true, Ok(slice)) = (readonly.is_c_contiguous(), readonly.as_slice()) {
         return without_gil(array.py(), move || {
             Tensor::from_vec(slice.iter().map(|&x| convert(x)).collect(), shape, Device::Cpu)
         });
@@ -140,9 +141,11 @@ fn bf16_to_numpy(py: Python<'_>, tensor: &Tensor) -> PyResult<Py<PyAny>> {
 /// A dtype from its name: the core's (`"f32"`, `"bf16"`, ...) or numpy's (`"float32"`,
 /// `"bfloat16"`, ...), or a numpy dtype object.
 pub fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
+    // Anything else numpy understands as a dtype (np.float16, np.dtype("f4"), ...) by
+    // numpy's name for it.
     let name: String = match obj.extract::<String>() {
         Ok(s) => s,
-        Err(_) => obj.getattr("name").and_then(|n| n.extract()).or_else(|_| obj.str()?.extract())?,
+        Err(_) => obj.py().import("numpy")?.call_method1("dtype", (obj,))?.getattr("name")?.extract()?,
     };
     let core = match name.as_str() {
         "float32" | "float" => "f32",

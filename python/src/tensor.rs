@@ -142,6 +142,13 @@ impl PyTensor {
         }
     }
 
+    /// None: numpy's operators (``array + tensor``, ``array @ tensor``) defer to the
+    /// Tensor's, so the result is a Tensor, as with ``tensor + array``.
+    #[classattr]
+    fn __array_ufunc__() -> Option<Py<PyAny>> {
+        None
+    }
+
     /// The elements as nested Python lists (``t.numpy().tolist()``).
     fn tolist(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         Ok(tensor_to_numpy(py, &self.inner)?.bind(py).call_method0("tolist")?.unbind())

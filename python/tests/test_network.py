@@ -130,3 +130,23 @@ def test_config_fields_and_schedules():
     history = reference_network().train(x, y, config, learning_rate=0.1, verbose=False, use_gpu=False,
                                         validation_split=0.25)
     np.testing.assert_allclose(history.learning_rates[:3], [0.1, 0.05, 0.025])
+
+
+def test_training_releases_the_gil():
+    """Another Python thread runs while Network.train works in Rust."""
+    import threading
+    import time
+
+    x = np.random.default_rng(2).standard_normal((4096, 64)).astype(np.float32)
+    y = np.arange(4096) % 10
+    net = rnn.Network.with_input_size(64).add_layer(L.dense(256).activation("relu")) \
+        .add_layer(L.dense(10).activation("softmax")).build()
+    worker = threading.Thread(target=lambda: net.train(x, y, max_epochs=3, verbose=False, use_gpu=False))
+    ticks, start = 0, time.perf_counter()
+    worker.start()
+    while worker.is_alive():
+        ticks += 1
+        time.sleep(0.001)
+    elapsed = time.perf_counter() - start
+    # With the GIL held for the whole call the loop could not run until training ended.
+    assert elapsed > 0.05 and ticks > 10, (elapsed, ticks)

@@ -140,6 +140,7 @@ pub struct PyAdam;
 impl PyAdam {
     #[new]
     #[pyo3(signature = (params, lr = 1e-3, betas = (0.9, 0.999), eps = 1e-8, weight_decay = 0.0, amsgrad = false))]
+    #[pyo3(text_signature = "(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, amsgrad=False)")]
     fn new(
         params: &Bound<'_, PyAny>,
         lr: f64,
@@ -161,6 +162,7 @@ pub struct PyAdamW;
 impl PyAdamW {
     #[new]
     #[pyo3(signature = (params, lr = 1e-3, betas = (0.9, 0.999), eps = 1e-8, weight_decay = 0.01, amsgrad = false))]
+    #[pyo3(text_signature = "(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01, amsgrad=False)")]
     fn new(
         params: &Bound<'_, PyAny>,
         lr: f64,

@@ -1,1 +1,0 @@
-"""rnn.backends (see the package documentation)."""

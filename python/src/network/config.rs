@@ -167,6 +167,9 @@ impl PyTrainingConfig {
             lr_schedule: self.lr_schedule.as_ref().map(|s| s.0.clone()),
             clip_grad_norm: self.clip_grad_norm,
             on_non_finite,
+            // Data-parallel training is driven from Rust (a ProcessGroup per rank); the
+            // Python API trains in one process.
+            distributed: None,
         })
     }
 

@@ -229,9 +229,47 @@ impl Tensor {
         if self.dtype() != T::DTYPE {
             return Err(Error::DTypeMismatch { op: "to_vec", lhs: self.dtype(), rhs: T::DTYPE });
         }
+        {
+            // A CPU tensor is read where it lies: no clone of its whole storage first.
+            let storage = self.storage();
+            if let Storage::Cpu(cpu) = &*storage {
+                return match self.layout().contiguous_offsets() {
+                    Some((start, end)) => Ok(cpu.as_slice::<T>()?[start..end].to_vec()),
+                    None => Ok(cpu.copy_strided(self.layout())?.as_slice::<T>()?.to_vec()),
+                };
+            }
+        }
         let cpu = self.storage().to_cpu()?;
         let contiguous = cpu.copy_strided(self.layout())?;
         Ok(contiguous.as_slice::<T>()?.to_vec())
+    }
+
+    /// Writes `src` over this tensor's elements in place, if no one else can see the change:
+    /// a whole contiguous CPU tensor whose storage no other handle or view shares. Returns
+    /// `Ok(false)`, touching nothing, otherwise (the caller then makes a new tensor). Used to
+    /// put results back into buffers a step owns, instead of allocating new ones every step.
+    pub fn write_if_unique<T: WithDType>(&self, src: &[T]) -> Result<bool> {
+        if self.dtype() != T::DTYPE {
+            return Err(Error::DTypeMismatch { op: "write_if_unique", lhs: self.dtype(), rhs: T::DTYPE });
+        }
+        let n = self.elem_count();
+        if src.len() != n {
+            let msg = format!("{} values for a tensor of {n} elements", src.len());
+            return Err(Error::invalid("write_if_unique", msg));
+        }
+        let alone = Arc::strong_count(&self.0) == 1 && Arc::strong_count(&self.0.storage) == 1;
+        if !alone || self.layout().contiguous_offsets() != Some((0, n)) {
+            return Ok(false);
+        }
+        let mut storage = self.storage_mut();
+        let Storage::Cpu(cpu) = &mut *storage else { return Ok(false) };
+        match T::slice_of_mut(cpu) {
+            Some(dst) if dst.len() == n => {
+                dst.copy_from_slice(src);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     /// Calls `f` with the elements in row-major order: a contiguous CPU tensor lends its

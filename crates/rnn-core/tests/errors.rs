@@ -592,6 +592,30 @@ fn assign_errors_leave_the_destination_intact(device: Device) -> Result<()> {
 }
 test_device!(assign_errors_leave_the_destination_intact_test, assign_errors_leave_the_destination_intact);
 
+/// `write_if_unique` writes only where no other handle or view could see it, and refuses
+/// a wrong dtype or length with an error that leaves the tensor as it was.
+fn write_if_unique_touches_only_unshared_tensors(device: Device) -> Result<()> {
+    let lone = f32s(device, &[2, 2]).add_scalar(0.0)?;
+    let written = lone.write_if_unique(&[9.0f32, 8.0, 7.0, 6.0])?;
+    // Only a CPU tensor is written in place; elsewhere it is left for a new tensor.
+    assert_eq!(written, device == Device::Cpu);
+    let expected = if written { vec![9.0, 8.0, 7.0, 6.0] } else { vec![0.0, 1.0, 2.0, 3.0] };
+    assert_eq!(lone.flatten_all()?.to_vec::<f32>()?, expected);
+    let shared = f32s(device, &[2, 2]).add_scalar(0.0)?;
+    let handle = shared.clone();
+    let view = f32s(device, &[2, 2]).add_scalar(0.0)?;
+    let _t = view.t()?;
+    for t in [&shared, &view] {
+        assert!(!t.write_if_unique(&[5.0f32; 4])?);
+        assert_eq!(t.flatten_all()?.to_vec::<f32>()?, vec![0.0, 1.0, 2.0, 3.0]);
+    }
+    drop(handle);
+    check!(fails(&[&lone], || lone.write_if_unique(&[1.0f32; 3])), Error::InvalidArgument { .. }, ["3 values", "4 elements"]);
+    check!(fails(&[&lone], || lone.write_if_unique(&[1.0f64; 4])), Error::DTypeMismatch { op: "write_if_unique", .. }, ["F64"]);
+    Ok(())
+}
+test_device!(write_if_unique_touches_only_unshared_tensors_test, write_if_unique_touches_only_unshared_tensors);
+
 fn valid_edge_cases_are_not_errors(device: Device) -> Result<()> {
     // Vector-vector matmul is a dot product (rank 0), as in PyTorch.
     let (a, b) = (f32s(device, &[3]), f32s(device, &[3]));

@@ -50,12 +50,50 @@ fn f64_steps(group: ProcessGroup, batch: usize) -> Result<Vec<Vec<f64>>> {
         let (xb, yb) = (x.narrow(0, start, batch)?, y.narrow(0, start, batch)?);
         let loss = rnn_nn::mse(&model.1.forward(&model.0.forward(&xb)?.tanh()?)?, &yb)?;
         let mut reduction = buckets.start(&[]);
-        loss.backward_with_hook(&mut GradStore::new(), &mut |p, g| reduction.ready(p, g))?;
-        let (grads, _) = reduction.finish()?;
+        let mut local = GradStore::new();
+        loss.backward_with_hook(&mut local, &mut |p, g| reduction.ready(p, g))?;
+        let (grads, _) = reduction.finish(local)?;
         assert_eq!(grads.len(), params.len());
         optimizer.step(&grads)?;
     }
     params.iter().map(|p| p.flatten_all()?.to_vec::<f64>()).collect()
+}
+
+type StepGrads = (Option<Vec<f64>>, Option<Vec<f64>>);
+
+/// Two steps through the same buckets of parameters `a` (2 values) and `b` (1 value); rank r
+/// weighs its loss by r + 1, and rank 1 does not use `b` in the second step.
+fn steps_with_an_unused_parameter(g: ProcessGroup) -> Result<Vec<StepGrads>> {
+    let rank = g.rank();
+    let a = Tensor::from_vec(vec![1.0f64, 2.0], 2, Device::Cpu)?.requires_grad();
+    let b = Tensor::from_vec(vec![3.0f64], 1, Device::Cpu)?.requires_grad();
+    let buckets = GradBuckets::new(g, vec![a.clone(), b.clone()], 1 << 20)?;
+    let weight = (rank + 1) as f64;
+    let read = |t: Option<&Tensor>| t.map(|t| t.to_vec::<f64>()).transpose();
+    let mut seen = Vec::new();
+    for step in 0..2 {
+        let mut loss = a.sum_all()?.mul_scalar(weight)?;
+        if step == 0 || rank == 0 {
+            loss = loss.add(&b.sum_all()?.mul_scalar(10.0 * weight)?)?;
+        }
+        let mut reduction = buckets.start(&[]);
+        let mut local = GradStore::new();
+        loss.backward_with_hook(&mut local, &mut |p, g| reduction.ready(p, g))?;
+        let (grads, _) = reduction.finish(local)?;
+        seen.push((read(grads.get(&a))?, read(grads.get(&b))?));
+    }
+    Ok(seen)
+}
+
+/// A parameter a rank did not use counts as zeros in the mean, also when the bucket's
+/// buffer, kept from the step before, still holds that rank's earlier gradient.
+#[test]
+fn an_unused_parameter_counts_as_zeros_in_a_reused_bucket() -> Result<()> {
+    let ranks: Vec<_> = on_ranks(2, steps_with_an_unused_parameter).into_iter().collect::<Result<_>>()?;
+    let mean_a = Some(vec![1.5, 1.5]);
+    assert_eq!(ranks[0], vec![(mean_a.clone(), Some(vec![15.0])), (mean_a.clone(), Some(vec![5.0]))]);
+    assert_eq!(ranks[1], vec![(mean_a.clone(), Some(vec![15.0])), (mean_a, None)]);
+    Ok(())
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! that communication overlaps the rest of the backward pass.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use rnn_core::{DType, Error, GradStore, Result, Tensor, TensorId};
 use rnn_dist::{ProcessGroup, ReduceOp, Work};
@@ -32,6 +33,10 @@ pub struct GradBuckets {
     buckets: Vec<Bucket>,
     /// Parameter id to (bucket, member).
     slots: HashMap<TensorId, (usize, usize)>,
+    /// Each bucket's host buffer, kept from one step to the next: a fresh multi-megabyte
+    /// buffer every step costs its page faults again (measured: a third of a small MLP's
+    /// step).
+    spare: Mutex<Vec<Option<Values>>>,
 }
 
 impl GradBuckets {
@@ -63,7 +68,8 @@ impl GradBuckets {
             bucket.members.push(Member { param: i, offset: bucket.len });
             bucket.len += p.elem_count();
         }
-        Ok(GradBuckets { group, params, buckets, slots })
+        let spare = Mutex::new(buckets.iter().map(|_| None).collect());
+        Ok(GradBuckets { group, params, buckets, slots, spare })
     }
 
     pub fn group(&self) -> &ProcessGroup {
@@ -83,13 +89,19 @@ impl GradBuckets {
     /// bucket and come back averaged from [`Reduction::finish`].
     pub fn start(&self, extras: &[f64]) -> Reduction<'_> {
         let last = self.buckets.len().saturating_sub(1);
+        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
         let fills = self
             .buckets
             .iter()
             .enumerate()
             .map(|(i, b)| {
                 let len = b.len + if i == last { extras.len() } else { 0 };
-                let mut values = Values::zeros(b.dtype, len);
+                // Stale values of the last step are overwritten by `ready`, or zeroed at
+                // launch for parameters that get no gradient.
+                let mut values = match spare[i].take() {
+                    Some(v) if v.len() == len => v,
+                    _ => Values::zeros(b.dtype, len),
+                };
                 if i == last {
                     values.write_f64(b.len, extras);
                 }
@@ -114,7 +126,8 @@ impl GradBuckets {
                 reduction.ready(p, g)?;
             }
         }
-        reduction.finish()
+        // The caller keeps `grads`: the averages go into new tensors.
+        reduction.finish(GradStore::new())
     }
 }
 
@@ -132,14 +145,28 @@ impl Values {
         }
     }
 
-    /// Copies `grad` (of the bucket's dtype) to `offset`.
-    fn write_tensor(&mut self, offset: usize, grad: &Tensor) -> Result<()> {
-        let flat = grad.flatten_all()?;
+    fn len(&self) -> usize {
         match self {
-            Values::F32(v) => v[offset..offset + flat.elem_count()].copy_from_slice(&flat.to_vec::<f32>()?),
-            Values::F64(v) => v[offset..offset + flat.elem_count()].copy_from_slice(&flat.to_vec::<f64>()?),
+            Values::F32(v) => v.len(),
+            Values::F64(v) => v.len(),
         }
-        Ok(())
+    }
+
+    /// Copies `grad` (of the bucket's dtype) to `offset`: straight from a contiguous CPU
+    /// gradient's storage.
+    fn write_tensor(&mut self, offset: usize, grad: &Tensor) -> Result<()> {
+        let n = grad.elem_count();
+        match self {
+            Values::F32(v) => grad.with_host_slice(|g: &[f32]| v[offset..offset + n].copy_from_slice(g)),
+            Values::F64(v) => grad.with_host_slice(|g: &[f64]| v[offset..offset + n].copy_from_slice(g)),
+        }
+    }
+
+    fn zero(&mut self, offset: usize, len: usize) {
+        match self {
+            Values::F32(v) => v[offset..offset + len].fill(0.0),
+            Values::F64(v) => v[offset..offset + len].fill(0.0),
+        }
     }
 
     fn write_f64(&mut self, offset: usize, values: &[f64]) {
@@ -227,7 +254,10 @@ impl Reduction<'_> {
             if fill.missing > 0 && !all {
                 break;
             }
-            if let Some(values) = fill.values.take() {
+            if let Some(mut values) = fill.values.take() {
+                if fill.missing > 0 {
+                    zero_missing(self.layout, &self.had_grad, self.next_launch, &mut values);
+                }
                 fill.work = Some(values.launch(&self.layout.group));
             }
             self.next_launch += 1;
@@ -235,26 +265,40 @@ impl Reduction<'_> {
     }
 
     /// Waits for every bucket and returns the averaged gradients (of the parameters that
-    /// had one on this rank) on their parameters' devices, and the averaged extras.
-    pub fn finish(mut self) -> Result<(GradStore, Vec<f64>)> {
+    /// had one on this rank) on their parameters' devices, and the averaged extras. `local`
+    /// holds the gradients given to `ready` (as `backward_with_hook` leaves them): the
+    /// averages are written into those that nothing else shares, in place, and they are
+    /// returned; the others are replaced by new tensors.
+    pub fn finish(mut self, mut local: GradStore) -> Result<(GradStore, Vec<f64>)> {
         self.launch_complete(true);
         let layout = self.layout;
-        let mut grads = GradStore::new();
         let mut extras = Vec::new();
         let last = layout.buckets.len() - 1;
+        let mut averaged = GradStore::new();
         for (i, (bucket, fill)) in layout.buckets.iter().zip(self.fills).enumerate() {
             let values = fill.work.ok_or_else(|| Error::Msg("a bucket was never launched".into()))?.wait()?;
-            for member in &bucket.members {
+            for member in bucket.members.iter().filter(|m| self.had_grad[m.param]) {
                 let p = &layout.params[member.param];
-                if self.had_grad[member.param] {
-                    grads.insert(p, values.tensor(member.offset, p)?);
-                }
+                let grad = match local.remove(p) {
+                    Some(g) if values.write_into(member.offset, &g)? => g,
+                    _ => values.tensor(member.offset, p)?,
+                };
+                averaged.insert(p, grad);
             }
             if i == last {
                 extras = values.tail(bucket.len, self.extras);
             }
+            layout.spare.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(values);
         }
-        Ok((grads, extras))
+        Ok((averaged, extras))
+    }
+}
+
+/// Zeroes the places of the members of bucket `b` that got no gradient: a parameter this
+/// rank did not use contributes zeros to the mean.
+fn zero_missing(layout: &GradBuckets, had_grad: &[bool], b: usize, values: &mut Values) {
+    for member in layout.buckets[b].members.iter().filter(|m| !had_grad[m.param]) {
+        values.zero(member.offset, layout.params[member.param].elem_count());
     }
 }
 
@@ -271,6 +315,15 @@ impl Values {
             }
         };
         t.to_device(like.device())
+    }
+
+    /// Writes the values at `offset` into `grad` in place when nothing else shares it.
+    fn write_into(&self, offset: usize, grad: &Tensor) -> Result<bool> {
+        let n = grad.elem_count();
+        match self {
+            Values::F32(v) => grad.write_if_unique(&v[offset..offset + n]),
+            Values::F64(v) => grad.write_if_unique(&v[offset..offset + n]),
+        }
     }
 
     fn tail(&self, from: usize, count: usize) -> Vec<f64> {

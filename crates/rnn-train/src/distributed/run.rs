@@ -67,7 +67,7 @@ impl ParallelRun {
         let mut reduction = self.buckets.start(&[local]);
         let mut grads = GradStore::new();
         loss.backward_with_hook(&mut grads, &mut |param, grad| reduction.ready(param, grad))?;
-        let (averaged, extras) = reduction.finish()?;
+        let (averaged, extras) = reduction.finish(grads)?;
         Ok((averaged, extras.first().copied().unwrap_or(f64::NAN)))
     }
 

@@ -70,7 +70,7 @@ def bench_mlp(threads):
 
 
 def bench_fused_nn(threads):
-    """LayerNorm and cross entropy, forward + backward: PyTorch's own fused ops and the
+    """LayerNorm, RMSNorm, bias + GELU and cross entropy, forward + backward: PyTorch's own fused ops and the
     compositions of primitives (as in `rnn bench cpu`)."""
     x = torch.randn(8192, 1024, requires_grad=True)
     w = torch.ones(1024, requires_grad=True)
@@ -81,6 +81,9 @@ def bench_fused_nn(threads):
         var = (c * c).mean(-1, keepdim=True)
         return c / torch.sqrt(var + 1e-5) * w + b
 
+    def rms_composed():
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+
     logits = torch.randn(2048, 8192, requires_grad=True)
     ids = torch.randint(0, 8192, (2048,))
 
@@ -90,6 +93,11 @@ def bench_fused_nn(threads):
     cases = [
         ("layer_norm_fused_8192x1024", lambda: F.layer_norm(x, (1024,), w, b, 1e-5).sum()),
         ("layer_norm_composed_8192x1024", lambda: ln_composed().sum()),
+        ("rms_norm_fused_8192x1024", lambda: F.rms_norm(x, (1024,), w, 1e-6).sum()),
+        ("rms_norm_composed_8192x1024", lambda: rms_composed().sum()),
+        # PyTorch has no fused bias + GELU on the CPU: both rows are its add + gelu.
+        ("bias_gelu_fused_8192x1024", lambda: F.gelu(x + b, approximate="tanh").sum()),
+        ("bias_gelu_composed_8192x1024", lambda: F.gelu(x + b, approximate="tanh").sum()),
         ("cross_entropy_fused_2048x8192", lambda: F.cross_entropy(logits, ids)),
         ("cross_entropy_composed_2048x8192", ce_composed),
     ]

@@ -1,5 +1,5 @@
-//! The fused-vs-composed cases of `rnn bench cpu` (and `bench/cpu_bench.py`): LayerNorm and
-//! softmax-cross-entropy, forward and backward, each as the fused op and as the composition
+//! The fused-vs-composed cases of `rnn bench cpu` (and `bench/cpu_bench.py`): LayerNorm,
+//! RMSNorm, bias + GELU and softmax-cross-entropy, forward and backward, each as the fused op and as the composition
 //! of primitives it replaces (the rule: a fused kernel replaces a composition only when a
 //! benchmark shows the gain).
 
@@ -29,6 +29,11 @@ fn layer_norm_composed(x: &Tensor, w: &Tensor, b: &Tensor) -> rnn::Result<Tensor
     centered.div(&var.add_scalar(1e-5)?.sqrt()?)?.mul(w)?.add(b)
 }
 
+/// RMSNorm with a weight, composed.
+fn rms_norm_composed(x: &Tensor, w: &Tensor) -> rnn::Result<Tensor> {
+    x.div(&x.sqr()?.mean_keepdim(-1)?.add_scalar(1e-6)?.sqrt()?)?.mul(w)
+}
+
 /// Mean cross entropy through log_softmax and gather.
 fn cross_entropy_composed(logits: &Tensor, ids: &Tensor) -> rnn::Result<Tensor> {
     let picked = logits.log_softmax(-1)?.gather(&ids.unsqueeze(1)?, 1)?;
@@ -46,6 +51,19 @@ pub fn bench_fused_nn(bench: &mut Bench, sizes: &FusedSizes) -> CliResult<()> {
     })?;
     bench.measure(&label("layer_norm_composed", FULL.norm), Score::Millis, || {
         layer_norm_composed(&x, &w, &b)?.sum_all()?.backward().map(drop)
+    })?;
+    bench.measure(&label("rms_norm_fused", FULL.norm), Score::Millis, || {
+        x.rms_norm(Some(&w), Some(1e-6))?.sum_all()?.backward().map(drop)
+    })?;
+    bench.measure(&label("rms_norm_composed", FULL.norm), Score::Millis, || {
+        rms_norm_composed(&x, &w)?.sum_all()?.backward().map(drop)
+    })?;
+    // The MLP's hidden activation: the bias is the [n] vector b, the input x.
+    bench.measure(&label("bias_gelu_fused", FULL.norm), Score::Millis, || {
+        x.bias_gelu(&b, true)?.sum_all()?.backward().map(drop)
+    })?;
+    bench.measure(&label("bias_gelu_composed", FULL.norm), Score::Millis, || {
+        x.add(&b)?.gelu()?.sum_all()?.backward().map(drop)
     })?;
     let (batch, classes) = sizes.logits;
     let logits = randn(sizes.logits)?.requires_grad();

@@ -610,8 +610,16 @@ fn write_if_unique_touches_only_unshared_tensors(device: Device) -> Result<()> {
         assert_eq!(t.flatten_all()?.to_vec::<f32>()?, vec![0.0, 1.0, 2.0, 3.0]);
     }
     drop(handle);
-    check!(fails(&[&lone], || lone.write_if_unique(&[1.0f32; 3])), Error::InvalidArgument { .. }, ["3 values", "4 elements"]);
-    check!(fails(&[&lone], || lone.write_if_unique(&[1.0f64; 4])), Error::DTypeMismatch { op: "write_if_unique", .. }, ["F64"]);
+    check!(
+        fails(&[&lone], || lone.write_if_unique(&[1.0f32; 3])),
+        Error::InvalidArgument { .. },
+        ["3 values", "4 elements"]
+    );
+    check!(
+        fails(&[&lone], || lone.write_if_unique(&[1.0f64; 4])),
+        Error::DTypeMismatch { op: "write_if_unique", .. },
+        ["F64"]
+    );
     Ok(())
 }
 test_device!(write_if_unique_touches_only_unshared_tensors_test, write_if_unique_touches_only_unshared_tensors);

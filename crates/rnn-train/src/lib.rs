@@ -35,7 +35,7 @@ pub mod plot;
 pub mod progress;
 mod spec;
 
-pub use config::{EarlyStopping, Monitor, NonFinitePolicy, TrainingConfig};
+pub use config::{EarlyStopping, MixedPrecision, Monitor, NonFinitePolicy, TrainingConfig};
 pub use fit::Evaluation;
 pub use history::History;
 pub use inputs::IntoTensor;

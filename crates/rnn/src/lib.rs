@@ -37,7 +37,7 @@ pub use rnn_nn as nn;
 pub use rnn_nn::optim::OptimizerConfig;
 pub use rnn_train as train;
 pub use rnn_train::{
-    ActivationFunction, EarlyStopping, Evaluation, History, LayerBuilder, LossFunction, Monitor, Network,
+    ActivationFunction, EarlyStopping, Evaluation, History, LayerBuilder, LossFunction, MixedPrecision, Monitor, Network,
     NetworkBuilder, TrainingConfig,
 };
 

@@ -174,6 +174,15 @@ pub fn autocast_op<R>(op: AutocastOp, inputs: &[&Tensor], body: impl FnOnce(&[Te
     body(&cast)
 }
 
+/// `t` cast as `op`'s policy says inside an autocast region (itself outside one), for
+/// layers that cast an input and go on with autocast on (e.g. batch norm into f32).
+pub fn cast(op: AutocastOp, t: &Tensor) -> Result<Tensor> {
+    match autocast_dtype() {
+        Some(low) => Ok(cast_inputs(op, low, &[t])?.swap_remove(0)),
+        None => Ok(t.clone()),
+    }
+}
+
 /// `inputs` cast as `op`'s policy says for a region in `low`.
 fn cast_inputs(op: AutocastOp, low: DType, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
     let target = |t: &Tensor| -> Option<DType> {

@@ -31,6 +31,7 @@ mod model;
 mod network;
 mod objective;
 mod persist;
+mod precision;
 pub mod plot;
 pub mod progress;
 mod spec;

@@ -111,6 +111,21 @@ fn train_writes_curves_checkpoint_and_history() {
 }
 
 #[test]
+fn train_in_bf16_prints_the_precision_and_learns() {
+    let out_dir = temp_dir("train-bf16");
+    std::fs::remove_dir_all(&out_dir).ok();
+    let dir = out_dir.to_str().unwrap();
+    let out = rnn(&["train", "--samples", "600", "--epochs", "2", "--precision", "bf16", "--quiet", "--out", dir]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("precision: bf16"), "{stdout}");
+    let accuracy_line = stdout.lines().find(|l| l.starts_with("test accuracy:")).expect("no accuracy line");
+    let accuracy: f64 = accuracy_line["test accuracy:".len()..].trim().split('%').next().unwrap().parse().unwrap();
+    assert!(accuracy > 50.0, "{accuracy_line}");
+    std::fs::remove_dir_all(&out_dir).ok();
+}
+
+#[test]
 fn a_diverging_run_fails_and_writes_no_checkpoint() {
     let out_dir = temp_dir("train-diverged");
     std::fs::remove_dir_all(&out_dir).ok();
@@ -133,6 +148,7 @@ fn train_reports_bad_arguments_cleanly() {
         (vec!["train", "--samples", "1099511627776"], "--samples 1099511627776"),
         (vec!["bench", "cpu", "--quick", "--threads", "100000"], "--threads"),
         (vec!["bench", "cpu", "--quick", "--threads", "0"], "--threads"),
+        (vec!["train", "--precision", "fp8", "--samples", "100"], "unknown precision"),
     ] {
         let out = rnn(&args);
         let stderr = text(&out.stderr);

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-const WORKLOADS: [&str; 17] = [
+const WORKLOADS: [&str; 18] = [
     "matmul_f32_256",
     "matmul_f32_512",
     "matmul_f32_1024",
@@ -17,6 +17,7 @@ const WORKLOADS: [&str; 17] = [
     "softmax_16M",
     "sum_16M",
     "mlp_784_512_256_10_b128",
+    "mlp_784_512_256_10_b128_bf16",
     "layer_norm_fused_8192x1024",
     "layer_norm_composed_8192x1024",
     "cross_entropy_fused_2048x8192",

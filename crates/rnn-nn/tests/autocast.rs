@@ -189,3 +189,69 @@ fn other_dtypes_are_errors() {
     }
     assert_eq!(autocast_dtype(), None);
 }
+
+/// Best of `reps` timings of `f`, in ms.
+fn best_ms(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let mut best = f64::INFINITY;
+    for _ in 0..reps {
+        let start = std::time::Instant::now();
+        f()?;
+        best = best.min(start.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(best)
+}
+
+/// Not a test: where the time of the bf16 training step of the 784-512-256-10 MLP at batch
+/// 128 goes (the `mlp_784_512_256_10_b128_bf16` workload of `rnn bench cpu`): the whole
+/// step in f32 and in bf16, and per layer the f32 and bf16 products of the forward and the
+/// two of the backward, and the casts autocast adds (weight and input down, the weight's
+/// gradient up). Run with
+/// `cargo test --release -p rnn-nn --test autocast -- --ignored --nocapture bf16_step_breakdown`.
+#[test]
+#[ignore]
+fn bf16_step_breakdown() -> Result<()> {
+    let reps = 30;
+    let widths = [784, 512, 256, 10];
+    let batch = 128;
+    let layers: Vec<(Tensor, Tensor)> = widths
+        .windows(2)
+        .map(|w| Ok((randn(&[w[0], w[1]])?.requires_grad(), Tensor::zeros(w[1], DType::F32, CPU)?.requires_grad())))
+        .collect::<Result<_>>()?;
+    let (x, ids) = (randn(&[batch, 784])?, Tensor::from_vec((0..batch as i64).map(|i| i % 10).collect(), batch, CPU)?);
+    let step = || -> Result<()> {
+        let mut h = x.clone();
+        for (i, (w, b)) in layers.iter().enumerate() {
+            h = h.matmul(w)?.add(b)?;
+            if i + 1 < layers.len() {
+                h = h.relu()?;
+            }
+        }
+        cross_entropy(&h, &ids)?.backward().map(drop)
+    };
+    let f32_step = best_ms(reps, step)?;
+    let bf16_step = best_ms(reps, || within(DType::BF16, step))?;
+    println!("step: f32 {f32_step:.2} ms, bf16 {bf16_step:.2} ms ({:.2}x)", bf16_step / f32_step);
+    let (mut f32_mm, mut bf16_mm, mut casts) = (0.0, 0.0, 0.0);
+    for w in widths.windows(2) {
+        let (k, n) = (w[0], w[1]);
+        let (a, b, g) = (randn(&[batch, k])?, randn(&[k, n])?, randn(&[batch, n])?);
+        let low = |t: &Tensor| t.to_dtype(DType::BF16);
+        let (a16, b16, g16) = (low(&a)?, low(&b)?, low(&g)?);
+        // Forward a b, backward g bᵀ and aᵀ g.
+        let products = |a: &Tensor, b: &Tensor, g: &Tensor| -> Result<()> {
+            a.matmul(b)?;
+            g.matmul(&b.t()?)?;
+            a.t()?.matmul(g).map(drop)
+        };
+        let (mm32, mm16) = (best_ms(reps, || products(&a, &b, &g))?, best_ms(reps, || products(&a16, &b16, &g16))?);
+        let cast = best_ms(reps, || {
+            low(&a)?;
+            low(&b)?;
+            b16.to_dtype(DType::F32).map(drop)
+        })?;
+        println!("{k}x{n}: products f32 {mm32:.3} ms, bf16 {mm16:.3} ms; casts {cast:.3} ms");
+        (f32_mm, bf16_mm, casts) = (f32_mm + mm32, bf16_mm + mm16, casts + cast);
+    }
+    println!("sum: products f32 {f32_mm:.2} ms, bf16 {bf16_mm:.2} ms; casts {casts:.2} ms");
+    Ok(())
+}

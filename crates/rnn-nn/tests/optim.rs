@@ -6,7 +6,8 @@
 use rnn_core::{DType, Device, Error, GradStore, Result, Tensor};
 use rnn_nn::optim::{
     clip_grad_norm, clip_grad_norm_on_device, clip_grad_value, Adagrad, AdagradConfig, Adam, AdamConfig, AdamW,
-    GradScaler, GradScalerConfig, GradScalerState, LrSchedule, Optimizer, OptimizerConfig, PlateauConfig, PlateauMode, RmsProp, RmsPropConfig, Sgd, SgdConfig,
+    GradScaler, GradScalerConfig, GradScalerState, LrSchedule, Optimizer, OptimizerConfig, PlateauConfig, PlateauMode,
+    RmsProp, RmsPropConfig, Sgd, SgdConfig,
 };
 use rnn_nn::{mse, Linear, Module};
 use rnn_testutil::{
@@ -632,16 +633,17 @@ fn inject_value(grads: &mut GradStore, params: &[Tensor], inject: &Value) -> Res
 #[test]
 fn grad_scaler_state_machine_and_errors() -> Result<()> {
     let p = Tensor::ones(3, DType::F32, CPU)?.requires_grad();
+    let params = [p.clone()];
     let mut opt = Sgd::new(vec![p.clone()], SgdConfig { lr: 0.5, ..Default::default() })?;
     let mut scaler = GradScaler::new(GradScalerConfig::default())?;
     assert_eq!(scaler.get_scale(), 65536.0);
     let mut grads = scaler.scale(&p.sum_all()?)?.backward()?;
     assert!(is_invalid(scaler.update()), "update before unscale or step");
-    scaler.unscale(&mut grads, &[p.clone()])?;
+    scaler.unscale(&mut grads, &params)?;
     assert_eq!(values(grads.get(&p).unwrap()), vec![1.0; 3], "unscaled gradients");
-    assert!(is_invalid(scaler.unscale(&mut grads, &[p.clone()])), "a second unscale");
-    assert!(scaler.step(&mut opt, &mut grads, &[p.clone()])?);
-    assert!(is_invalid(scaler.step(&mut opt, &mut grads, &[p.clone()])), "a second step");
+    assert!(is_invalid(scaler.unscale(&mut grads, &params)), "a second unscale");
+    assert!(scaler.step(&mut opt, &mut grads, &params)?);
+    assert!(is_invalid(scaler.step(&mut opt, &mut grads, &params)), "a second step");
     scaler.update()?;
     assert_eq!(values(&p), vec![0.5; 3]);
     let state = scaler.state();
@@ -667,7 +669,7 @@ fn grad_scaler_state_machine_and_errors() -> Result<()> {
     let loss = p.sum_all()?;
     assert_eq!(off.scale(&loss)?.to_f64_scalar()?, loss.to_f64_scalar()?);
     let mut g = loss.backward()?;
-    assert!(off.step(&mut opt, &mut g, &[p.clone()])?);
+    assert!(off.step(&mut opt, &mut g, &params)?);
     off.update()?;
     assert_eq!(off.get_scale(), 1.0);
     Ok(())

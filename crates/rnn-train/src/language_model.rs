@@ -20,8 +20,8 @@ use rnn_nn::{clip_grad_norm, AdamConfig, AdamW, Gpt, GptConfig, Module, VarBuild
 
 use crate::checkpoint;
 use crate::config::MixedPrecision;
-use crate::precision::Precision;
 use crate::data::text::{TextDataset, TextSplit, Vocab, WindowSampler};
+use crate::precision::Precision;
 
 const FORMAT_KEY: &str = "rnn.format";
 const FORMAT: &str = "rnn.gpt.v1";

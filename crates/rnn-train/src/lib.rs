@@ -31,8 +31,8 @@ mod model;
 mod network;
 mod objective;
 mod persist;
-mod precision;
 pub mod plot;
+mod precision;
 pub mod progress;
 mod spec;
 

@@ -47,7 +47,12 @@ impl Precision {
 
     /// The optimizer step, skipped when loss scaling found an inf or NaN gradient (the
     /// scale is then lowered); returns whether it stepped.
-    pub(crate) fn step(&mut self, optimizer: &mut dyn Optimizer, grads: &mut GradStore, params: &[Tensor]) -> Result<bool> {
+    pub(crate) fn step(
+        &mut self,
+        optimizer: &mut dyn Optimizer,
+        grads: &mut GradStore,
+        params: &[Tensor],
+    ) -> Result<bool> {
         let Some(s) = &mut self.scaler else {
             optimizer.step(grads)?;
             return Ok(true);

@@ -6,8 +6,8 @@
 
 use rnn_core::Result;
 use rnn_train::data::{load_mnist, Dataset, MnistSplit};
-use rnn_train::{MixedPrecision, TrainingConfig};
 use rnn_train::{ActivationFunction::ReLU, ActivationFunction::Softmax, LayerBuilder, LossFunction, Network};
+use rnn_train::{MixedPrecision, TrainingConfig};
 
 /// The MNIST test set split 8,000 / 2,000, or `None` (with the reason printed) when the files
 /// are absent; absent files fail the test under `RNN_REQUIRE_MNIST=1`.

@@ -103,7 +103,9 @@ impl Tensor {
     /// then the extra outputs it saved for the backward (not differentiable).
     pub(crate) fn fused_outputs(op: Arc<dyn FusedOp>, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         if let Some(policy) = op.autocast().filter(|_| autocast::is_active()) {
-            return autocast::autocast_op(policy, inputs, |cast| Tensor::fused_outputs(op, &cast.iter().collect::<Vec<_>>()));
+            return autocast::autocast_op(policy, inputs, |cast| {
+                Tensor::fused_outputs(op, &cast.iter().collect::<Vec<_>>())
+            });
         }
         let (shape, _) = op.output(inputs)?;
         let saved_shapes = op.saved(inputs)?;

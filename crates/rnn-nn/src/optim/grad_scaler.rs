@@ -134,7 +134,9 @@ impl GradScaler {
         }
         match self.stage {
             Stage::Ready => {}
-            Stage::Unscaled { .. } => return Err(Error::invalid(OP, "unscale was already called since the last update")),
+            Stage::Unscaled { .. } => {
+                return Err(Error::invalid(OP, "unscale was already called since the last update"))
+            }
             Stage::Stepped { .. } => return Err(Error::invalid(OP, "unscale called after step: call update first")),
         }
         // PyTorch's inverse: the reciprocal in f64, rounded to f32.

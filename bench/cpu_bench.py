@@ -66,7 +66,16 @@ def bench_mlp(threads):
         F.cross_entropy(model(x), target).backward()
 
     s = time_call(step)
-    return [record("mlp_784_512_256_10_b128", "ms", s * 1e3, threads)]
+
+    def step_bf16():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), target)
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+
+    s_bf16 = time_call(step_bf16)
+    return [record("mlp_784_512_256_10_b128", "ms", s * 1e3, threads),
+            record("mlp_784_512_256_10_b128_bf16", "ms", s_bf16 * 1e3, threads)]
 
 
 def bench_fused_nn(threads):

@@ -241,5 +241,10 @@ fn bench_mlp(bench: &mut Bench) -> CliResult<()> {
     let mlp = Mlp::new(&[784, 512, 256, classes])?;
     let x = randn((batch, 784))?;
     let targets = random_targets(batch, classes)?;
-    bench.measure("mlp_784_512_256_10_b128", Score::Millis, || mlp.train_step(&x, &targets))
+    bench.measure("mlp_784_512_256_10_b128", Score::Millis, || mlp.train_step(&x, &targets))?;
+    // The same step under bf16 autocast (f32 weights, bf16 matmuls, f32 loss), as
+    // `torch.autocast("cpu", dtype=torch.bfloat16)` in the PyTorch twin.
+    bench.measure("mlp_784_512_256_10_b128_bf16", Score::Millis, || {
+        rnn::autocast(DType::BF16, || mlp.train_step(&x, &targets))?
+    })
 }

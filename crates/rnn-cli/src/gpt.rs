@@ -92,6 +92,7 @@ pub fn run(args: &TrainArgs, device: Device) -> CliResult<()> {
         context: gpt.context,
         seed: args.seed,
         eval_every: gpt.eval_every,
+        mixed_precision: args.mixed_precision()?,
         ..GptTrainConfig::default()
     };
     train_config.optimizer.lr = args.lr;

@@ -9,7 +9,7 @@ use rnn::train::atomic_file::write_atomic;
 use rnn::train::data::{load_mnist, mnist_split_present, synthetic_digits, Dataset, MnistSplit};
 use rnn::train::distributed::{DataParallel, ProcessGroup};
 use rnn::train::plot::plot_history;
-use rnn::{ActivationFunction, Device, LayerBuilder, LossFunction, Network, Tensor, TrainingConfig};
+use rnn::{ActivationFunction, Device, LayerBuilder, LossFunction, MixedPrecision, Network, Tensor, TrainingConfig};
 
 use crate::output::OutputDir;
 use crate::CliResult;
@@ -69,6 +69,10 @@ pub struct TrainArgs {
     /// With --distributed: gradients travel in buckets of this many MiB.
     #[arg(long, default_value_t = 25.0)]
     pub bucket_mb: f64,
+    /// `f32`, `bf16` or `f16`: bf16 and f16 run the forward pass under autocast with f32
+    /// master weights (f16 with dynamic loss scaling).
+    #[arg(long, default_value = "f32")]
+    pub precision: String,
     #[command(flatten)]
     pub gpt: crate::gpt::GptArgs,
 }
@@ -80,7 +84,15 @@ pub const HISTORY_FILE: &str = "history.json";
 /// The untrained GPT, with `--save-init`.
 pub const INIT_FILE: &str = "init.safetensors";
 
+impl TrainArgs {
+    /// `--precision`: `None` for f32.
+    pub fn mixed_precision(&self) -> CliResult<Option<MixedPrecision>> {
+        Ok(MixedPrecision::parse(&self.precision)?)
+    }
+}
+
 pub fn run(args: &TrainArgs) -> CliResult<()> {
+    let precision = args.mixed_precision()?;
     let group = match args.distributed {
         true if args.model == ModelKind::Gpt => {
             return Err("--distributed trains the MLP and the CNN, not the GPT".into())
@@ -98,6 +110,7 @@ pub fn run(args: &TrainArgs) -> CliResult<()> {
     let out = main.then(|| OutputDir::prepare(&args.out, &output_files(args))).transpose()?;
     if main {
         println!("device: {device}{}", if device.is_cpu() { " (no GPU selected or available)" } else { "" });
+        println!("precision: {}", precision.map_or("f32", |m| m.name()));
     }
     if let Some(dp) = &group {
         if main {
@@ -158,6 +171,7 @@ fn train_classifier(args: &TrainArgs, device: Device, group: Option<DataParallel
         seed: args.seed,
         verbose: !args.quiet,
         device: Some(device),
+        mixed_precision: args.mixed_precision()?,
         ..TrainingConfig::default()
     };
     let (x_train, x_test) = (shape_inputs(&train.inputs, args.model)?, shape_inputs(&test.inputs, args.model)?);

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-const WORKLOADS: [&str; 17] = [
+const WORKLOADS: [&str; 18] = [
     "matmul_f32_256",
     "matmul_f32_512",
     "matmul_f32_1024",
@@ -17,6 +17,7 @@ const WORKLOADS: [&str; 17] = [
     "softmax_16M",
     "sum_16M",
     "mlp_784_512_256_10_b128",
+    "mlp_784_512_256_10_b128_bf16",
     "layer_norm_fused_8192x1024",
     "layer_norm_composed_8192x1024",
     "cross_entropy_fused_2048x8192",
@@ -111,6 +112,21 @@ fn train_writes_curves_checkpoint_and_history() {
 }
 
 #[test]
+fn train_in_bf16_prints_the_precision_and_learns() {
+    let out_dir = temp_dir("train-bf16");
+    std::fs::remove_dir_all(&out_dir).ok();
+    let dir = out_dir.to_str().unwrap();
+    let out = rnn(&["train", "--samples", "600", "--epochs", "2", "--precision", "bf16", "--quiet", "--out", dir]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("precision: bf16"), "{stdout}");
+    let accuracy_line = stdout.lines().find(|l| l.starts_with("test accuracy:")).expect("no accuracy line");
+    let accuracy: f64 = accuracy_line["test accuracy:".len()..].trim().split('%').next().unwrap().parse().unwrap();
+    assert!(accuracy > 50.0, "{accuracy_line}");
+    std::fs::remove_dir_all(&out_dir).ok();
+}
+
+#[test]
 fn a_diverging_run_fails_and_writes_no_checkpoint() {
     let out_dir = temp_dir("train-diverged");
     std::fs::remove_dir_all(&out_dir).ok();
@@ -133,6 +149,7 @@ fn train_reports_bad_arguments_cleanly() {
         (vec!["train", "--samples", "1099511627776"], "--samples 1099511627776"),
         (vec!["bench", "cpu", "--quick", "--threads", "100000"], "--threads"),
         (vec!["bench", "cpu", "--quick", "--threads", "0"], "--threads"),
+        (vec!["train", "--precision", "fp8", "--samples", "100"], "unknown precision"),
     ] {
         let out = rnn(&args);
         let stderr = text(&out.stderr);

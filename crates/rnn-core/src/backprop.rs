@@ -210,6 +210,9 @@ impl Tensor {
             return Err(Error::Backward { msg: format!("gradients need a float tensor, got {}", self.dtype()) });
         }
         let _guard = NoGradGuard::new();
+        // Gradients keep the dtype of their tensors: no autocast in the backward pass.
+        let _no_autocast = crate::autocast::AutocastGuard::disabled();
+        crate::autocast::clear_cache();
         let order = sorted_nodes(self);
         let mut waiting = consumer_counts(&order);
         let mut pending = GradStore::new();

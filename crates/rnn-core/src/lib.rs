@@ -15,6 +15,7 @@
 pub mod cpu;
 
 mod adapter_info;
+pub mod autocast;
 pub mod backend_stubs;
 mod backprop;
 #[cfg(feature = "cuda")]
@@ -50,6 +51,7 @@ pub mod wgpu;
 mod window;
 
 pub use adapter_info::{wgpu_adapters, WgpuAdapterInfo};
+pub use autocast::{autocast, autocast_dtype, AutocastGuard, AutocastOp, CastPolicy};
 pub use backprop::{grad_enabled, no_grad, GradStore, NoGradGuard};
 pub use device::Device;
 pub use dtype::{DType, WithDType};

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::autocast::{self, autocast_op, AutocastOp};
 use crate::backprop::Op;
 use crate::fused::linear::Linear;
 use crate::fused::softmax::Softmax;
@@ -90,6 +91,9 @@ impl Tensor {
         if op == BinaryOp::Div && self.dtype().is_int() && rhs.dtype() == self.dtype() {
             return self.to_dtype(DType::F32)?.binary(&rhs.to_dtype(DType::F32)?, op);
         }
+        if self.dtype() != rhs.dtype() && autocast::is_active() {
+            return autocast_op(AutocastOp::Elementwise, &[self, rhs], |t| t[0].binary(&t[1], op));
+        }
         let (a, b) = self.broadcast_pair(rhs, op.name())?;
         let storage = a.storage().binary(a.layout(), &b.storage(), b.layout(), op)?;
         Ok(Tensor::from_parts(storage, Layout::contiguous(a.shape().clone()), Some(Op::Binary(a, b, op))))
@@ -153,6 +157,9 @@ impl Tensor {
 
     fn reduce(&self, dims: impl Dims, op: ReduceOp, keepdim: bool) -> Result<Tensor> {
         let dims = dims.to_indexes(self.shape(), op.name())?;
+        if op == ReduceOp::Sum && autocast::is_active() {
+            return autocast_op(AutocastOp::Sum, &[self], |t| t[0].reduce(dims, op, keepdim));
+        }
         let out = self.reduce_keepdim(&dims, op)?;
         if keepdim {
             return Ok(out);
@@ -205,6 +212,9 @@ impl Tensor {
     fn mean_impl(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         self.expect_float("mean")?;
         let dims = dims.to_indexes(self.shape(), "mean")?;
+        if autocast::is_active() {
+            return autocast_op(AutocastOp::Mean, &[self], |t| t[0].mean_impl(dims, keepdim));
+        }
         let n: usize = dims.iter().map(|&d| self.dims()[d]).product();
         self.reduce(dims, ReduceOp::Sum, keepdim)?.div_scalar(n as f64)
     }
@@ -292,6 +302,9 @@ impl Tensor {
         }
         if rhs.rank() == 1 {
             return self.matmul(&rhs.unsqueeze(1)?)?.squeeze(-1);
+        }
+        if autocast::is_active() {
+            return autocast_op(AutocastOp::Matmul, &[self, rhs], |t| t[0].matmul(&t[1]));
         }
         if self.dtype() != rhs.dtype() {
             return Err(Error::DTypeMismatch { op: "matmul", lhs: self.dtype(), rhs: rhs.dtype() });

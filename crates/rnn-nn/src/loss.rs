@@ -6,6 +6,7 @@
 //! silent broadcasting of `[N, 1]` against `[N]`), targets must have the right dtype, class
 //! ids must be in range, and empty batches are an error rather than a NaN.
 
+use rnn_core::autocast::{cast, AutocastOp};
 use rnn_core::{DType, Device, Error, Result, Tensor};
 
 /// How per-element losses become the result.
@@ -68,6 +69,7 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 /// no read-back of the ids); the mean is over the targets not ignored, NaN when every target
 /// is ignored (as in PyTorch). Probability targets are composed from `log_softmax`.
 pub fn cross_entropy_with(logits: &Tensor, targets: &Tensor, options: &CrossEntropyOptions) -> Result<Tensor> {
+    let (logits, targets) = (&cast(AutocastOp::Loss, logits)?, &cast(AutocastOp::Loss, targets)?);
     const OP: &str = "cross_entropy";
     let class_dim = check_class_input(OP, logits)?;
     let smoothing = options.label_smoothing;
@@ -130,6 +132,7 @@ pub fn nll_loss_with(
     reduction: Reduction,
     ignore_index: Option<i64>,
 ) -> Result<Tensor> {
+    let (log_probs, targets) = (&cast(AutocastOp::Loss, log_probs)?, &cast(AutocastOp::Loss, targets)?);
     const OP: &str = "nll_loss";
     let class_dim = check_class_input(OP, log_probs)?;
     let options = CrossEntropyOptions { label_smoothing: 0.0, reduction, ignore_index };
@@ -142,6 +145,7 @@ pub fn mse(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
 }
 
 pub fn mse_with(prediction: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    let (prediction, target) = (&cast(AutocastOp::Loss, prediction)?, &cast(AutocastOp::Loss, target)?);
     check_pair("mse", prediction, target)?;
     reduction.apply(prediction.sub(target)?.sqr()?, prediction.elem_count())
 }
@@ -152,6 +156,7 @@ pub fn l1_loss(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
 }
 
 pub fn l1_loss_with(prediction: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    let (prediction, target) = (&cast(AutocastOp::Loss, prediction)?, &cast(AutocastOp::Loss, target)?);
     check_pair("l1_loss", prediction, target)?;
     reduction.apply(prediction.sub(target)?.abs()?, prediction.elem_count())
 }
@@ -163,6 +168,7 @@ pub fn huber_loss(prediction: &Tensor, target: &Tensor, delta: f64) -> Result<Te
 }
 
 pub fn huber_loss_with(prediction: &Tensor, target: &Tensor, delta: f64, reduction: Reduction) -> Result<Tensor> {
+    let (prediction, target) = (&cast(AutocastOp::Loss, prediction)?, &cast(AutocastOp::Loss, target)?);
     check_pair("huber_loss", prediction, target)?;
     if !(delta > 0.0 && delta.is_finite()) {
         return Err(Error::invalid("huber_loss", format!("delta must be finite and > 0, got {delta}")));
@@ -184,6 +190,7 @@ pub fn binary_cross_entropy(probs: &Tensor, targets: &Tensor) -> Result<Tensor> 
 }
 
 pub fn binary_cross_entropy_with(probs: &Tensor, targets: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    let (probs, targets) = (&cast(AutocastOp::Loss, probs)?, &cast(AutocastOp::Loss, targets)?);
     const OP: &str = "binary_cross_entropy";
     check_pair(OP, probs, targets)?;
     let (lo, hi) = (probs.min_all()?.to_f64_scalar()?, probs.max_all()?.to_f64_scalar()?);
@@ -232,6 +239,7 @@ pub fn binary_cross_entropy_with_logits_with(
     targets: &Tensor,
     reduction: Reduction,
 ) -> Result<Tensor> {
+    let (logits, targets) = (&cast(AutocastOp::Loss, logits)?, &cast(AutocastOp::Loss, targets)?);
     check_pair("binary_cross_entropy_with_logits", logits, targets)?;
     // The fused softplus is stable for large |x| and its gradient is sigmoid(x) everywhere,
     // also at x = 0 where the max/abs form has kinks.

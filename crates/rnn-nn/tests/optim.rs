@@ -6,7 +6,8 @@
 use rnn_core::{DType, Device, Error, GradStore, Result, Tensor};
 use rnn_nn::optim::{
     clip_grad_norm, clip_grad_norm_on_device, clip_grad_value, Adagrad, AdagradConfig, Adam, AdamConfig, AdamW,
-    LrSchedule, Optimizer, OptimizerConfig, PlateauConfig, PlateauMode, RmsProp, RmsPropConfig, Sgd, SgdConfig,
+    GradScaler, GradScalerConfig, GradScalerState, LrSchedule, Optimizer, OptimizerConfig, PlateauConfig, PlateauMode,
+    RmsProp, RmsPropConfig, Sgd, SgdConfig,
 };
 use rnn_nn::{mse, Linear, Module};
 use rnn_testutil::{
@@ -571,5 +572,105 @@ fn optimizer_step_timing() -> Result<()> {
             println!("{} step, {path}: {per_step:.3} ms", config.name());
         }
     }
+    Ok(())
+}
+
+const SCALER_FIXTURE: &str = include_str!("golden/grad_scaler.json");
+
+/// `GradScaler` against `torch.amp.GradScaler` (`tests/golden/grad_scaler.json`, written by
+/// `make_grad_scaler_golden.py`): a tiny f32 model trained with SGD, loss scaling, unscaling
+/// and clipping before each step, and inf / NaN gradients injected at some steps. The scale
+/// of every step, which steps are skipped and the scale after each update must be the same
+/// (exactly: they are powers of two), and the final weights equal up to f32 rounding.
+#[test]
+fn grad_scaler_matches_pytorch() -> Result<()> {
+    let g: Value = serde_json::from_str(SCALER_FIXTURE).expect("grad_scaler.json is valid JSON");
+    let c = &g["config"];
+    let config = GradScalerConfig {
+        init_scale: c["init_scale"].as_f64().unwrap(),
+        growth_factor: c["growth_factor"].as_f64().unwrap(),
+        backoff_factor: c["backoff_factor"].as_f64().unwrap(),
+        growth_interval: c["growth_interval"].as_u64().unwrap(),
+        enabled: true,
+    };
+    let m = &g["model"];
+    let f32_tensor = |v: &Value, shape: &[usize]| to(&Tensor::from_vec(numbers(v), shape, CPU)?, DType::F32, CPU);
+    let params = [f32_tensor(&m["w"], &[2, 3])?.requires_grad(), f32_tensor(&m["b"], &[2])?.requires_grad()];
+    let (x, y) = (f32_tensor(&m["x"], &[8, 3])?, f32_tensor(&m["y"], &[8, 2])?);
+    let mut opt = Sgd::new(params.to_vec(), SgdConfig { lr: g["lr"].as_f64().unwrap(), ..Default::default() })?;
+    let mut scaler = GradScaler::new(config)?;
+    for (step, want) in g["steps"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(scaler.get_scale(), want["scale"].as_f64().unwrap(), "scale at step {step}");
+        let loss = mse(&Linear::from_tensors(params[0].clone(), Some(params[1].clone())).forward(&x)?, &y)?;
+        let mut grads = scaler.scale(&loss)?.backward()?;
+        if let Some(inject) = g["inject"].get(step.to_string()) {
+            inject_value(&mut grads, &params, inject)?;
+        }
+        scaler.unscale(&mut grads, &params)?;
+        clip_grad_norm(&mut grads, &params, g["clip"].as_f64().unwrap())?;
+        let stepped = scaler.step(&mut opt, &mut grads, &params)?;
+        scaler.update()?;
+        assert_eq!(stepped, want["stepped"].as_bool().unwrap(), "stepped at step {step}");
+        assert_eq!(scaler.get_scale(), want["scale_after"].as_f64().unwrap(), "scale after step {step}");
+    }
+    for (p, name) in params.iter().zip(["w", "b"]) {
+        let err = max_abs_diff(&values(p), &numbers(&g["final"][name]));
+        assert!(err <= 1e-6, "final {name} differs from PyTorch's by {err:e}");
+    }
+    Ok(())
+}
+
+/// Writes the fixture's `[parameter, element, value]` into that parameter's gradient.
+fn inject_value(grads: &mut GradStore, params: &[Tensor], inject: &Value) -> Result<()> {
+    let p = &params[inject[0].as_u64().unwrap() as usize];
+    let mut v = values(grads.get(p).unwrap());
+    v[inject[1].as_u64().unwrap() as usize] = rnn_testutil::golden::number(&inject[2]).unwrap();
+    grads.insert(p, to(&Tensor::from_vec(v, p.dims(), CPU)?, DType::F32, CPU)?);
+    Ok(())
+}
+
+/// The order of calls PyTorch enforces, the checks of the config and the state round trip.
+#[test]
+fn grad_scaler_state_machine_and_errors() -> Result<()> {
+    let p = Tensor::ones(3, DType::F32, CPU)?.requires_grad();
+    let params = [p.clone()];
+    let mut opt = Sgd::new(vec![p.clone()], SgdConfig { lr: 0.5, ..Default::default() })?;
+    let mut scaler = GradScaler::new(GradScalerConfig::default())?;
+    assert_eq!(scaler.get_scale(), 65536.0);
+    let mut grads = scaler.scale(&p.sum_all()?)?.backward()?;
+    assert!(is_invalid(scaler.update()), "update before unscale or step");
+    scaler.unscale(&mut grads, &params)?;
+    assert_eq!(values(grads.get(&p).unwrap()), vec![1.0; 3], "unscaled gradients");
+    assert!(is_invalid(scaler.unscale(&mut grads, &params)), "a second unscale");
+    assert!(scaler.step(&mut opt, &mut grads, &params)?);
+    assert!(is_invalid(scaler.step(&mut opt, &mut grads, &params)), "a second step");
+    scaler.update()?;
+    assert_eq!(values(&p), vec![0.5; 3]);
+    let state = scaler.state();
+    assert_eq!(state, GradScalerState { scale: 65536.0, growth_tracker: 1 });
+    let mut other = GradScaler::new(GradScalerConfig::default())?;
+    other.load_state(state)?;
+    assert_eq!(other.state(), state);
+    assert!(is_invalid(other.load_state(GradScalerState { scale: f32::NAN, growth_tracker: 0 })));
+    // f16 gradients mean f16 weights: refused, as in PyTorch.
+    let h = Tensor::ones(2, DType::F16, CPU)?.requires_grad();
+    let mut hgrads = scaler.scale(&h.sum_all()?)?.backward()?;
+    assert!(is_invalid(scaler.unscale(&mut hgrads, &[h])));
+    for bad in [
+        GradScalerConfig { init_scale: 0.0, ..Default::default() },
+        GradScalerConfig { growth_factor: 1.0, ..Default::default() },
+        GradScalerConfig { backoff_factor: 1.0, ..Default::default() },
+        GradScalerConfig { growth_interval: 0, ..Default::default() },
+    ] {
+        assert!(is_invalid(GradScaler::new(bad)), "{bad:?}");
+    }
+    // Disabled: the loss and the steps pass through.
+    let mut off = GradScaler::new(GradScalerConfig { enabled: false, ..Default::default() })?;
+    let loss = p.sum_all()?;
+    assert_eq!(off.scale(&loss)?.to_f64_scalar()?, loss.to_f64_scalar()?);
+    let mut g = loss.backward()?;
+    assert!(off.step(&mut opt, &mut g, &params)?);
+    off.update()?;
+    assert_eq!(off.get_scale(), 1.0);
     Ok(())
 }

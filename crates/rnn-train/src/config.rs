@@ -1,6 +1,6 @@
 //! `TrainingConfig`: everything `Network::train` needs to know besides the data.
 
-use rnn_core::{Device, Error, Result};
+use rnn_core::{DType, Device, Error, Result};
 use rnn_nn::optim::{LrSchedule, OptimizerConfig};
 
 use crate::distributed::DataParallel;
@@ -52,6 +52,48 @@ pub enum NonFinitePolicy {
     SkipStep,
 }
 
+/// Mixed-precision training: the forward pass runs under `rnn_core::autocast` in a 16-bit
+/// dtype (matmuls, linear layers, convolutions and attention in it; softmax, norms, losses
+/// and reductions in f32) while the weights, their gradients and the optimizer stay f32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MixedPrecision {
+    /// bfloat16: f32's range, so no loss scaling.
+    Bf16,
+    /// float16: small gradients would underflow, so the loss is scaled dynamically
+    /// (`rnn_nn::optim::GradScaler` with PyTorch's defaults).
+    F16,
+}
+
+impl MixedPrecision {
+    /// The dtype the autocast regions use.
+    pub fn dtype(self) -> DType {
+        match self {
+            MixedPrecision::Bf16 => DType::BF16,
+            MixedPrecision::F16 => DType::F16,
+        }
+    }
+
+    /// Whether training needs a `GradScaler` (f16 only).
+    pub fn needs_loss_scaling(self) -> bool {
+        self == MixedPrecision::F16
+    }
+
+    /// The precision named `f32` (None), `bf16` or `f16`, as the command line takes it.
+    pub fn parse(name: &str) -> Result<Option<Self>> {
+        match name.to_ascii_lowercase().as_str() {
+            "f32" | "fp32" | "float32" => Ok(None),
+            "bf16" | "bfloat16" => Ok(Some(MixedPrecision::Bf16)),
+            "f16" | "fp16" | "float16" | "half" => Ok(Some(MixedPrecision::F16)),
+            _ => Err(Error::invalid("precision", format!("unknown precision {name:?}: expected f32, bf16 or f16"))),
+        }
+    }
+
+    /// `bf16` or `f16`.
+    pub fn name(self) -> &'static str {
+        self.dtype().as_str()
+    }
+}
+
 /// How to train. `Default` gives Adam at 1e-3, batches of 32, 10 epochs, shuffling, no
 /// validation split, progress output, and the best available device.
 ///
@@ -86,6 +128,8 @@ pub struct TrainingConfig {
     /// Train as one rank of a data-parallel group (see [`crate::distributed`]): each rank
     /// calls `train` with the same network, data and settings; `batch_size` is per rank.
     pub distributed: Option<DataParallel>,
+    /// Train in bf16 or f16 with f32 master weights (see [`MixedPrecision`]); `None`: f32.
+    pub mixed_precision: Option<MixedPrecision>,
 }
 
 impl Default for TrainingConfig {
@@ -107,6 +151,7 @@ impl Default for TrainingConfig {
             clip_grad_norm: None,
             on_non_finite: NonFinitePolicy::Stop,
             distributed: None,
+            mixed_precision: None,
         }
     }
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 use rnn_core::{no_grad, DType, Error, Result, Tensor};
 use rnn_nn::optim::{clip_grad_norm_on_device, LrSchedule, LrScheduler, Optimizer, OptimizerConfig};
 
-use crate::config::{Monitor, NonFinitePolicy, TrainingConfig};
+use crate::config::{MixedPrecision, Monitor, NonFinitePolicy, TrainingConfig};
 use crate::data::Batches;
 use crate::distributed::{rank_seed, ParallelRun};
 use crate::guard::{self, GoodWeights};
@@ -13,6 +13,7 @@ use crate::history::History;
 use crate::inputs::IntoTensor;
 use crate::network::Network;
 use crate::objective::{correct, loss, Targets};
+use crate::precision::Precision;
 use crate::progress::{EpochSummary, Progress, ProgressMode};
 
 /// Loss and accuracy over a data set.
@@ -134,8 +135,9 @@ impl Network {
             _ => Some((x.narrow(0, n_train, n_val)?, targets.narrow(n_train, n_val)?)),
         };
         if config.verbose && config.distributed.as_ref().is_none_or(|d| d.is_main()) {
+            let precision = config.mixed_precision.map_or("f32", |m| m.name());
             eprintln!(
-                "training on {device}: {n_train} samples, {n_val} for validation, {} parameters",
+                "training on {device} in {precision}: {n_train} samples, {n_val} for validation, {} parameters",
                 self.num_parameters()
             );
         }
@@ -183,6 +185,8 @@ pub(crate) struct TrainRun {
     settings: RunSettings,
     optimizer: Box<dyn Optimizer>,
     scheduler: Option<Box<dyn LrScheduler>>,
+    /// Autocast and, for f16, the loss scaler (its scale carries over too).
+    precision: Precision,
     epochs_done: u64,
 }
 
@@ -192,6 +196,7 @@ struct RunSettings {
     optimizer: OptimizerConfig,
     learning_rate: f64,
     lr_schedule: Option<LrSchedule>,
+    mixed_precision: Option<MixedPrecision>,
 }
 
 impl TrainRun {
@@ -201,6 +206,7 @@ impl TrainRun {
             optimizer: config.optimizer.clone(),
             learning_rate: config.learning_rate,
             lr_schedule: config.lr_schedule.clone(),
+            mixed_precision: config.mixed_precision,
         };
         if let Some(run) = previous.filter(|run| run.settings == settings) {
             return Ok(run);
@@ -211,7 +217,8 @@ impl TrainRun {
         if let Some(s) = &scheduler {
             s.apply(optimizer.as_mut());
         }
-        Ok(TrainRun { settings, optimizer, scheduler, epochs_done: 0 })
+        let precision = Precision::new(config.mixed_precision, net.device())?;
+        Ok(TrainRun { settings, optimizer, scheduler, precision, epochs_done: 0 })
     }
 }
 
@@ -411,8 +418,11 @@ impl<'a> Trainer<'a> {
     fn step(&mut self, xb: &Tensor, tb: &Targets, totals: &mut Totals) -> Result<Option<f64>> {
         let kind = self.net.loss_function();
         let folded = self.net.folds_last_activation();
-        let out = self.net.logits(xb)?;
-        let batch_loss = loss(kind, &out, tb, folded)?;
+        let (out, batch_loss) = self.run.precision.forward(|| {
+            let out = self.net.logits(xb)?;
+            let batch_loss = loss(kind, &out, tb, folded)?;
+            Ok((out, batch_loss))
+        })?;
         if self.check_each_step && self.dp.is_none() {
             let value = batch_loss.to_f64_scalar()?;
             if !value.is_finite() {
@@ -421,21 +431,23 @@ impl<'a> Trainer<'a> {
         }
         let hits = no_grad(|| correct(kind, &out, tb, folded))?;
         let mut grads = match &self.dp {
-            None => batch_loss.backward()?,
+            None => self.run.precision.scaled(&batch_loss)?.backward()?,
             Some(dp) => {
                 // Every rank gets the same mean loss, so all skip (or stop at) the same steps.
-                let (grads, mean_loss) = dp.backward(&batch_loss)?;
+                let (grads, mean_loss) = dp.backward(&self.run.precision.scaled(&batch_loss)?)?;
                 if !mean_loss.is_finite() {
                     return Ok(Some(mean_loss));
                 }
                 grads
             }
         };
+        let params: Vec<Tensor> = self.net.named_parameters().into_iter().map(|(_, t)| t).collect();
+        // With f16 loss scaling the gradients are unscaled first, so clipping sees true norms.
+        self.run.precision.unscale(&mut grads, &params)?;
         if let Some(max_norm) = self.config.clip_grad_norm {
-            let params: Vec<Tensor> = self.net.named_parameters().into_iter().map(|(_, t)| t).collect();
             clip_grad_norm_on_device(&mut grads, &params, max_norm)?;
         }
-        self.run.optimizer.step(&grads)?;
+        self.run.precision.step(self.run.optimizer.as_mut(), &mut grads, &params)?;
         totals.add(&batch_loss, hits, xb.dims()[0])?;
         Ok(None)
     }

@@ -16,10 +16,12 @@ use std::path::Path;
 use std::time::Instant;
 
 use rnn_core::{no_grad, Device, Error, Result, Tensor};
-use rnn_nn::{clip_grad_norm, AdamConfig, AdamW, Gpt, GptConfig, Module, Optimizer, VarBuilder};
+use rnn_nn::{clip_grad_norm, AdamConfig, AdamW, Gpt, GptConfig, Module, VarBuilder};
 
 use crate::checkpoint;
+use crate::config::MixedPrecision;
 use crate::data::text::{TextDataset, TextSplit, Vocab, WindowSampler};
+use crate::precision::Precision;
 
 const FORMAT_KEY: &str = "rnn.format";
 const FORMAT: &str = "rnn.gpt.v1";
@@ -89,6 +91,9 @@ pub struct GptTrainConfig {
     pub eval_every: usize,
     /// Validation windows (non-overlapping, from the start of the validation text).
     pub val_windows: usize,
+    /// Train in bf16 or f16 with f32 master weights (`None`: f32); the validation loss is
+    /// computed in f32 from the f32 weights either way.
+    pub mixed_precision: Option<MixedPrecision>,
 }
 
 impl Default for GptTrainConfig {
@@ -104,6 +109,7 @@ impl Default for GptTrainConfig {
             seed: 1337,
             eval_every: 100,
             val_windows: 256,
+            mixed_precision: None,
         }
     }
 }
@@ -132,18 +138,20 @@ pub fn train_gpt(
     let device = model.token_embedding().device();
     let params = model.parameters();
     let mut optimizer = AdamW::new(params.clone(), config.optimizer.clone())?;
+    let mut precision = Precision::new(config.mixed_precision, device)?;
     let mut sampler = WindowSampler::new(config.seed);
     let (mut history, mut since, mut loss_sum) = (Vec::new(), Instant::now(), None::<Tensor>);
     let mut last_report = 0;
     for step in 1..=config.steps {
         model.set_training(true);
         let (x, y) = data.random_batch(&mut sampler, config.batch_size, config.context, device)?;
-        let loss = model.loss(&x, &y)?;
-        let mut grads = loss.backward()?;
+        let loss = precision.forward(|| model.loss(&x, &y))?;
+        let mut grads = precision.scaled(&loss)?.backward()?;
+        precision.unscale(&mut grads, &params)?;
         if config.clip_norm > 0.0 {
             clip_grad_norm(&mut grads, &params, config.clip_norm)?;
         }
-        optimizer.step(&grads)?;
+        precision.step(&mut optimizer, &mut grads, &params)?;
         // Summed on the device: read back once per report, not once per step.
         let detached = loss.detach();
         loss_sum = Some(match loss_sum {

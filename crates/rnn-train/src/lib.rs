@@ -32,10 +32,11 @@ mod network;
 mod objective;
 mod persist;
 pub mod plot;
+mod precision;
 pub mod progress;
 mod spec;
 
-pub use config::{EarlyStopping, Monitor, NonFinitePolicy, TrainingConfig};
+pub use config::{EarlyStopping, MixedPrecision, Monitor, NonFinitePolicy, TrainingConfig};
 pub use fit::Evaluation;
 pub use history::History;
 pub use inputs::IntoTensor;

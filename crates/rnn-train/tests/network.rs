@@ -6,7 +6,7 @@ use rnn_nn::optim::{LrSchedule, OptimizerConfig};
 use rnn_train::data::{synthetic_digits, Dataset};
 use rnn_train::{
     ActivationFunction::{ReLU, Sigmoid, Softmax, Tanh},
-    EarlyStopping, LayerBuilder, LossFunction, Monitor, Network, NonFinitePolicy, TrainingConfig,
+    EarlyStopping, LayerBuilder, LossFunction, MixedPrecision, Monitor, Network, NonFinitePolicy, TrainingConfig,
 };
 
 fn quiet(epochs: usize) -> TrainingConfig {
@@ -419,3 +419,37 @@ fn non_finite_values_on(device: Device) -> Result<()> {
     Ok(())
 }
 rnn_testutil::test_device!(non_finite_values, non_finite_values_on);
+
+/// `mixed_precision`: bf16, and f16 with loss scaling and gradient clipping (which the
+/// scaler must precede), train the MLP: the loss falls, the weights stay f32 and finite,
+/// and a second call goes on from the first.
+#[test]
+fn mixed_precision_trains_with_f32_master_weights() -> Result<()> {
+    let data = digits(512, 3);
+    for precision in [MixedPrecision::Bf16, MixedPrecision::F16] {
+        let mut net = mlp(32)?;
+        let config = TrainingConfig { mixed_precision: Some(precision), clip_grad_norm: Some(5.0), ..quiet(3) };
+        let history = net.train(&data.inputs, &data.labels, &config)?;
+        let losses = &history.train_loss;
+        assert!(losses[2] < 0.8 * losses[0], "{precision:?}: losses {losses:?}");
+        for (name, t) in net.state() {
+            assert_eq!(t.dtype(), DType::F32, "{precision:?}: {name}");
+            assert!(t.to_vec::<f32>()?.iter().all(|v| v.is_finite()), "{precision:?}: {name}");
+        }
+        let again = net.train(&data.inputs, &data.labels, &TrainingConfig { max_epochs: 1, ..config })?;
+        assert!(again.train_loss[0] < losses[0], "{precision:?}: the second call starts afresh");
+    }
+    Ok(())
+}
+
+#[test]
+fn precision_names_parse() -> Result<()> {
+    assert_eq!(MixedPrecision::parse("f32")?, None);
+    assert_eq!(MixedPrecision::parse("bf16")?, Some(MixedPrecision::Bf16));
+    assert_eq!(MixedPrecision::parse("F16")?, Some(MixedPrecision::F16));
+    assert!(matches!(MixedPrecision::parse("fp8"), Err(Error::InvalidArgument { .. })));
+    assert_eq!(MixedPrecision::F16.dtype(), DType::F16);
+    assert!(MixedPrecision::F16.needs_loss_scaling() && !MixedPrecision::Bf16.needs_loss_scaling());
+    assert_eq!(TrainingConfig::default().mixed_precision, None);
+    Ok(())
+}

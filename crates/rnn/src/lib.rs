@@ -37,8 +37,8 @@ pub use rnn_nn as nn;
 pub use rnn_nn::optim::OptimizerConfig;
 pub use rnn_train as train;
 pub use rnn_train::{
-    ActivationFunction, EarlyStopping, Evaluation, History, LayerBuilder, LossFunction, Monitor, Network,
-    NetworkBuilder, TrainingConfig,
+    ActivationFunction, EarlyStopping, Evaluation, History, LayerBuilder, LossFunction, MixedPrecision, Monitor,
+    Network, NetworkBuilder, TrainingConfig,
 };
 
 pub use gpu::{

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rnn_core::Device;
 use rnn_nn::optim::{LrSchedule, OptimizerConfig};
-use rnn_train::{EarlyStopping, Evaluation, History, Monitor, NonFinitePolicy, TrainingConfig};
+use rnn_train::{EarlyStopping, Evaluation, History, MixedPrecision, Monitor, NonFinitePolicy, TrainingConfig};
 
 /// A learning-rate schedule for ``TrainingConfig.lr_schedule``, stepped once per epoch:
 /// ``LrSchedule.step(step_size, gamma)``, ``.exponential(gamma)``, ``.cosine(t_max,
@@ -83,7 +83,8 @@ impl PyEarlyStopping {
 /// ``validation_split``, ``shuffle``, ``seed``, ``verbose`` (progress output on stderr),
 /// ``use_gpu``, ``prefer_gpu``, ``device`` (a name such as ``"cpu"``; None: chosen by
 /// ``use_gpu`` / ``prefer_gpu``), ``early_stopping``, ``lr_schedule``, ``clip_grad_norm``,
-/// ``on_non_finite`` (``"stop"`` or ``"skip_step"``).
+/// ``on_non_finite`` (``"stop"`` or ``"skip_step"``), ``mixed_precision`` (None for f32,
+/// ``"bf16"`` or ``"f16"``: autocast with f32 master weights, f16 with loss scaling).
 #[pyclass(name = "TrainingConfig", module = "rnn", get_all, set_all)]
 #[derive(Clone)]
 pub struct PyTrainingConfig {
@@ -103,6 +104,7 @@ pub struct PyTrainingConfig {
     pub lr_schedule: Option<PyLrSchedule>,
     pub clip_grad_norm: Option<f64>,
     pub on_non_finite: String,
+    pub mixed_precision: Option<String>,
 }
 
 impl Default for PyTrainingConfig {
@@ -125,6 +127,7 @@ impl Default for PyTrainingConfig {
             lr_schedule: None,
             clip_grad_norm: None,
             on_non_finite: "stop".into(),
+            mixed_precision: None,
         }
     }
 }
@@ -151,6 +154,7 @@ impl PyTrainingConfig {
             }
         };
         let device = self.device.as_deref().map(Device::parse).transpose();
+        let precision = self.mixed_precision.as_deref().map(MixedPrecision::parse).transpose().map(Option::flatten);
         Ok(TrainingConfig {
             batch_size: self.batch_size,
             max_epochs: self.max_epochs,
@@ -170,6 +174,7 @@ impl PyTrainingConfig {
             // Data-parallel training is driven from Rust (a ProcessGroup per rank); the
             // Python API trains in one process.
             distributed: None,
+            mixed_precision: crate::errors::PyErrExt::py_err(precision)?,
         })
     }
 

@@ -115,6 +115,15 @@ impl CpuStorage {
                 _ => CpuStorage::I64(map(v, l, |x| x.into())?),
             })
         }
+        // f32 <-> 16-bit float are the casts autocast runs on every step: converted
+        // directly (the same rounding, as f32 -> f64 is exact), not through f64.
+        match (self, dtype) {
+            (CpuStorage::F32(v), DType::BF16) => return Ok(CpuStorage::BF16(map(v, l, bf16::from_f32)?)),
+            (CpuStorage::F32(v), DType::F16) => return Ok(CpuStorage::F16(map(v, l, f16::from_f32)?)),
+            (CpuStorage::BF16(v), DType::F32) => return Ok(CpuStorage::F32(map(v, l, bf16::to_f32)?)),
+            (CpuStorage::F16(v), DType::F32) => return Ok(CpuStorage::F32(map(v, l, f16::to_f32)?)),
+            _ => {}
+        }
         if !self.dtype().is_float() && !dtype.is_float() {
             return match self {
                 CpuStorage::U8(v) => wrap(v, l, dtype),

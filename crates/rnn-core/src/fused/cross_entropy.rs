@@ -15,6 +15,7 @@ use std::sync::Arc;
 use super::attention::stat_dtype;
 use super::rows::{compute_slice, contiguous_arg, float_only, float_word, map_row_chunks, store, Compute};
 use super::{FusedKernels, FusedOp};
+use crate::autocast::AutocastOp;
 use crate::cpu::simd::fold_lanes;
 use crate::cpu::strided::StridedIndex;
 use crate::cpu::CpuStorage;
@@ -103,6 +104,10 @@ fn check(op: &CrossEntropy, inputs: &[&Tensor]) -> Result<()> {
 }
 
 impl FusedOp for CrossEntropy {
+    fn autocast(&self) -> Option<AutocastOp> {
+        Some(AutocastOp::Loss)
+    }
+
     fn name(&self) -> &'static str {
         OP
     }

@@ -7,6 +7,7 @@
 
 use super::bias_gelu::bias_gelu_into;
 use super::{FusedKernels, FusedOp};
+use crate::autocast::AutocastOp;
 use crate::cpu::CpuStorage;
 use crate::gpu::elementwise::{binary_into, copy_into, unary_into};
 use crate::gpu::gemm::{operand, row_major_product, BIAS_ALIGNMENT};
@@ -24,6 +25,10 @@ pub(crate) struct Linear {
 }
 
 impl FusedOp for Linear {
+    fn autocast(&self) -> Option<AutocastOp> {
+        Some(AutocastOp::Linear)
+    }
+
     fn name(&self) -> &'static str {
         "linear"
     }

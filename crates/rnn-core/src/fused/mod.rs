@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use crate::autocast::{self, AutocastOp};
 use crate::backprop::Op;
 use crate::cpu::CpuStorage;
 use crate::gpu::plan::{KernelSource, Program};
@@ -21,6 +22,11 @@ use crate::{no_grad, DType, Error, Layout, Result, Shape, Tensor};
 /// One fused op with its parameters (a value of a registered type).
 pub(crate) trait FusedOp: Send + Sync {
     fn name(&self) -> &'static str;
+
+    /// Which entry of the autocast policy table this op is (`None`: autocast leaves it be).
+    fn autocast(&self) -> Option<AutocastOp> {
+        None
+    }
 
     /// Checks the inputs (shapes, dtypes) and gives the output's shape and dtype.
     fn output(&self, inputs: &[&Tensor]) -> Result<(Shape, DType)>;
@@ -96,6 +102,11 @@ impl Tensor {
     /// Runs a fused op on `inputs` (all on one device): its output, recorded for autograd,
     /// then the extra outputs it saved for the backward (not differentiable).
     pub(crate) fn fused_outputs(op: Arc<dyn FusedOp>, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        if let Some(policy) = op.autocast().filter(|_| autocast::is_active()) {
+            return autocast::autocast_op(policy, inputs, |cast| {
+                Tensor::fused_outputs(op, &cast.iter().collect::<Vec<_>>())
+            });
+        }
         let (shape, _) = op.output(inputs)?;
         let saved_shapes = op.saved(inputs)?;
         if let Some(other) = inputs.iter().find(|t| t.device() != inputs[0].device()) {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use super::attention::stat_dtype;
 use super::rows::{compute_slice, float_only, map_row_chunks, store, Compute};
 use super::{FusedKernels, FusedOp};
+use crate::autocast::AutocastOp;
 use crate::cpu::simd::fold_lanes;
 use crate::cpu::CpuStorage;
 use crate::gpu::plan::{KernelSource, Program};
@@ -116,6 +117,10 @@ fn scale_shift<F: Compute>(out: &mut [F], w: Option<&[F]>, b: Option<&[F]>) {
 }
 
 impl FusedOp for Norm {
+    fn autocast(&self) -> Option<AutocastOp> {
+        Some(if self.rms { AutocastOp::RmsNorm } else { AutocastOp::LayerNorm })
+    }
+
     fn name(&self) -> &'static str {
         if self.rms {
             "rms_norm"

@@ -7,6 +7,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::{FusedKernels, FusedOp};
+use crate::autocast::AutocastOp;
 use crate::cpu::parallel::{HEAVY, PAR_WORK};
 use crate::cpu::simd::{fold_lanes, map_slice};
 use crate::cpu::unary::contiguous_slice;
@@ -32,6 +33,10 @@ fn float_only(op: &'static str, dtype: DType) -> Result<()> {
 }
 
 impl FusedOp for Softmax {
+    fn autocast(&self) -> Option<AutocastOp> {
+        Some(if self.log { AutocastOp::LogSoftmax } else { AutocastOp::Softmax })
+    }
+
     fn name(&self) -> &'static str {
         if self.log {
             "log_softmax"

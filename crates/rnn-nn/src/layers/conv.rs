@@ -185,6 +185,13 @@ fn window(kernel: (usize, usize), config: &Conv2dConfig) -> Window2d {
 impl Module for Conv2d {
     /// `[N, in, H, W] -> [N, out, Ho, Wo]`.
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        if rnn_core::autocast::is_active() {
+            // Input, weight and bias in the autocast dtype, as one op (the bias add too).
+            let inputs: Vec<&Tensor> = [xs, &self.weight].into_iter().chain(self.bias.as_ref()).collect();
+            return rnn_core::autocast::autocast_op(rnn_core::AutocastOp::Conv2d, &inputs, |t| {
+                Conv2d { weight: t[1].clone(), bias: t.get(2).cloned(), config: self.config }.forward(&t[0])
+            });
+        }
         expect_nchw("Conv2d", xs)?;
         let (in_channels, out_channels, g) = (self.in_channels(), self.out_channels(), self.config.groups);
         if xs.dims()[1] != in_channels {

@@ -88,6 +88,8 @@ impl BatchNorm {
 
     /// Normalizes `x` of rank in `ranks` with channels at dim 1.
     fn forward(&self, x: &Tensor, ranks: &[usize]) -> Result<Tensor> {
+        // Batch statistics need f32: inside autocast a 16-bit input is cast up (as PyTorch).
+        let x = &rnn_core::autocast::cast(rnn_core::AutocastOp::BatchNorm, x)?;
         if !ranks.contains(&x.rank()) {
             let msg = format!("expected an input of rank {ranks:?}, got shape {:?}", x.shape());
             return Err(Error::invalid(self.layer, msg));

@@ -38,6 +38,7 @@ mod adagrad;
 mod adam;
 mod clip;
 mod config;
+mod grad_scaler;
 mod rmsprop;
 mod scheduler;
 mod sgd;
@@ -46,6 +47,7 @@ pub use adagrad::{Adagrad, AdagradConfig};
 pub use adam::{Adam, AdamConfig, AdamW};
 pub use clip::{clip_grad_norm, clip_grad_norm_on_device, clip_grad_value};
 pub use config::OptimizerConfig;
+pub use grad_scaler::{GradScaler, GradScalerConfig, GradScalerState};
 pub use rmsprop::{RmsProp, RmsPropConfig};
 pub use scheduler::{
     ConstantLr, CosineAnnealingLr, ExponentialLr, LinearWarmup, LrSchedule, LrScheduler, PlateauConfig, PlateauMode,

@@ -21,6 +21,7 @@ pub(crate) mod gpu;
 use std::sync::Arc;
 
 use super::{FusedKernels, FusedOp};
+use crate::autocast::AutocastOp;
 use crate::cpu::CpuStorage;
 use crate::gpu::plan::{KernelSource, Program};
 use crate::gpu::target::Target;
@@ -80,6 +81,14 @@ pub fn scaled_dot_product_attention(
     mask: &AttentionMask,
     scale: Option<f64>,
 ) -> Result<Tensor> {
+    if crate::autocast::is_active() {
+        // The bias is cast with q, k and v: the kernels want one dtype.
+        let inputs: Vec<&Tensor> = [q, k, v].into_iter().chain(mask.bias.as_ref()).collect();
+        return crate::autocast::autocast_op(AutocastOp::ScaledDotProductAttention, &inputs, |t| {
+            let mask = AttentionMask { bias: t.get(3).cloned(), ..mask.clone() };
+            scaled_dot_product_attention(&t[0], &t[1], &t[2], &mask, scale)
+        });
+    }
     let d = q.dims().last().copied().unwrap_or(0);
     let scale = scale.unwrap_or(1.0 / (d.max(1) as f64).sqrt());
     if !scale.is_finite() {

@@ -97,7 +97,7 @@ fn conv_matches_the_composition(device: Device) -> Result<()> {
                 let act = if relu { Epilogue::Relu } else { Epilogue::None };
                 let fused = |t: &[Tensor]| t[0].conv2d(&t[1], t.get(2), &window, groups, act);
                 let reference = |t: &[Tensor]| reference_conv(&t[0], &t[1], t.get(2), &window, groups, relu);
-                let ys = no_grad_shape(&inputs, &reference)?;
+                let ys = no_grad_shape(&inputs, reference)?;
                 let upstream = random(&ys, dtype, seed + 3, device)?;
                 let (y, g) = value_and_grads(&inputs, &upstream, fused)?;
                 let (y_ref, g_ref) = value_and_grads(&inputs, &upstream, reference)?;
@@ -170,7 +170,7 @@ fn pools_match_the_composition(device: Device) -> Result<()> {
                 let fused = |t: &[Tensor]| if max { t[0].max_pool2d(&window) } else { t[0].avg_pool2d(&window) };
                 let reference = |t: &[Tensor]| reference_pool(&t[0], &window, max);
                 let inputs = [x];
-                let upstream = random(&no_grad_shape(&inputs, &reference)?, dtype, 60 + i as u64, device)?;
+                let upstream = random(&no_grad_shape(&inputs, reference)?, dtype, 60 + i as u64, device)?;
                 let (y, g) = value_and_grads(&inputs, &upstream, fused)?;
                 let (y_ref, g_ref) = value_and_grads(&inputs, &upstream, reference)?;
                 let what = format!("config {i} {dtype:?} max {max} on {device}");
@@ -188,7 +188,7 @@ test_device!(pools_match_the_composition_test, pools_match_the_composition);
 fn pool_gradchecks() -> Result<()> {
     for (i, (dims, window)) in pool_configs().into_iter().enumerate() {
         let x = random(&[1, dims[1], dims[2], dims[3]], DType::F64, i as u64, CPU)?;
-        let worst = GradCheck::default().run(&[x.clone()], |t| t[0].max_pool2d(&window))?;
+        let worst = GradCheck::default().run(std::slice::from_ref(&x), |t| t[0].max_pool2d(&window))?;
         assert!(worst < 1e-6, "max config {i}: {worst}");
         if window.dilation == (1, 1) {
             let worst = GradCheck::default().run(&[x], |t| t[0].avg_pool2d(&window))?;

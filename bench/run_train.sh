@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build rnn, run the training benchmark for rnn and PyTorch, write
 # bench/results/<date>-train-<machine>.md. The sides run alternately ROUNDS times (default 2);
-# each workload's best run counts. Set QUICK=1 for a smoke run (small sizes).
+# each workload's best run counts. Set QUICK=1 for a smoke run (small sizes), PYTHON to the
+# interpreter that has torch (default python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,11 +13,13 @@ rounds=${ROUNDS:-2}
 quick=${QUICK:+--quick}
 
 cargo build --release -p rnn-cli
+rnn="${CARGO_TARGET_DIR:-target}/release/rnn"
+python=${PYTHON:-python3}
 ours="" theirs=""
 for round in $(seq 1 "$rounds"); do
     echo "== round $round of $rounds"
-    target/release/rnn bench train $quick --device cpu --json "$tmp/ours-$round.json"
-    python3 bench/train_bench.py $quick --threads "$threads" --json "$tmp/torch-$round.json"
+    "$rnn" bench train $quick --device cpu --json "$tmp/ours-$round.json"
+    "$python" bench/train_bench.py $quick --threads "$threads" --json "$tmp/torch-$round.json"
     ours="${ours:+$ours,}$tmp/ours-$round.json"
     theirs="${theirs:+$theirs,}$tmp/torch-$round.json"
 done
@@ -29,8 +32,9 @@ mkdir -p bench/results
     echo "# Training benchmark: rnn vs PyTorch (CPU)"
     echo
     machine_lines
-    echo "- workloads: one epoch over random MNIST-shaped data, batch 128, Adam(1e-3), shuffled;"
-    echo "  rnn through the Network API, PyTorch with nn.Sequential and a plain loop"
+    echo "- workloads: one epoch over random MNIST-shaped data (MLP, CNN) or CIFAR-shaped data"
+    echo "  (ResNet-8), batch 128, Adam(1e-3), shuffled; rnn through the Network API (MLP, CNN) or"
+    echo "  a plain loop over rnn-nn modules (ResNet-8), PyTorch with nn modules and a plain loop"
     echo "- rounds: ${rounds}, run alternately; each workload's best epoch of its best round"
     echo
     python3 bench/compare.py "$ours" "$theirs" --markdown

@@ -1,6 +1,7 @@
 //! `rnn bench train`: epoch time of the `rnn train` models through the `Network` API (the
 //! whole loop: batching, forward, loss, backward, Adam), on random MNIST-shaped data.
-//! `bench/train_bench.py` runs the same models, batches and optimizer in PyTorch.
+//! `bench/train_bench.py` runs the same models, batches and optimizer in PyTorch; so does it
+//! for a ResNet-8 on random CIFAR-shaped data (`bench_resnet.rs`, a plain training loop).
 //! Then one AdamW step over many parameters on the same device, in GB/s of the 28 bytes per
 //! parameter it moves, against a copy of those bytes (`memcpy` on the CPU, a device-to-device
 //! copy on a GPU); `bench/gpu_bench.py --device cpu|cuda` has the PyTorch twin.
@@ -12,6 +13,7 @@ use rnn::{DType, Device, Tensor, TrainingConfig};
 
 use crate::bench_cpu::Record;
 use crate::bench_engine::{self, ADAM_BYTES_PER_PARAM};
+use crate::bench_resnet;
 use crate::timing::TimingConfig;
 use crate::train::{build_model, shape_inputs, ModelKind};
 use crate::CliResult;
@@ -24,6 +26,7 @@ pub const BATCH_SIZE: usize = 128;
 pub struct TrainSizes {
     pub mlp_samples: usize,
     pub cnn_samples: usize,
+    pub resnet_samples: usize,
     pub epochs: usize,
     /// Parameters of the AdamW step.
     pub adam_params: usize,
@@ -34,6 +37,7 @@ impl TrainSizes {
     pub const FULL: TrainSizes = TrainSizes {
         mlp_samples: 60_000,
         cnn_samples: 10_000,
+        resnet_samples: 2_560,
         epochs: 3,
         adam_params: 10_000_000,
         timing: TimingConfig::FULL,
@@ -41,6 +45,7 @@ impl TrainSizes {
     pub const QUICK: TrainSizes = TrainSizes {
         mlp_samples: 2_048,
         cnn_samples: 512,
+        resnet_samples: 256,
         epochs: 2,
         // The engine figure compared across builds keeps its size.
         adam_params: 10_000_000,
@@ -58,13 +63,19 @@ pub fn run(sizes: TrainSizes, device: Device, out: &mut dyn Write) -> CliResult<
         (ModelKind::Mlp, mlp_n, format!("train_mlp_784_512_256_10_n{mlp_n}")),
         (ModelKind::Cnn, cnn_n, format!("train_cnn_16_32_n{cnn_n}")),
     ];
-    for (kind, n, name) in workloads {
-        let seconds = best_epoch_seconds(kind, n, sizes.epochs, device)?;
+    let mut epoch_record = |name: String, n: usize, seconds: f64| -> CliResult<()> {
         writeln!(out, "{name:<28} {n:>10} {:>12.1} {:>12.0}", seconds * 1e3, n as f64 / seconds)?;
         let record =
             Record { suite: "train", name, metric: "ms", value: seconds * 1e3, higher_is_better: false, threads };
         records.push(record);
+        Ok(())
+    };
+    for (kind, n, name) in workloads {
+        epoch_record(name, n, best_epoch_seconds(kind, n, sizes.epochs, device)?)?;
     }
+    let n = sizes.resnet_samples;
+    let seconds = bench_resnet::best_epoch_seconds(n, BATCH_SIZE, sizes.epochs, device)?;
+    epoch_record(format!("train_resnet8_cifar_n{n}"), n, seconds)?;
     records.extend(adamw_records(sizes, device, out)?);
     Ok(records)
 }

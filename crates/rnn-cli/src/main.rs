@@ -5,6 +5,7 @@ mod bench_cpu;
 mod bench_engine;
 mod bench_fused_nn;
 mod bench_gpu;
+mod bench_resnet;
 mod bench_train;
 mod devices;
 mod distributed;

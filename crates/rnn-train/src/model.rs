@@ -67,7 +67,8 @@ impl Model {
 }
 
 /// The layer and its activation. A dense layer's ReLU or GELU is fused into the layer
-/// (`Linear::with_activation`), so on CUDA it runs inside the product.
+/// (`Linear::with_activation`), so on CUDA it runs inside the product; a convolution's ReLU
+/// likewise (`Conv2d::with_activation`: on the CPU it is applied to the output in cache).
 fn build_block(i: usize, spec: &LayerBuilder, input: &[usize], vb: &mut VarBuilder) -> Result<Block> {
     let activation = spec.activation.to_activation();
     let fused = match activation {
@@ -79,6 +80,10 @@ fn build_block(i: usize, spec: &LayerBuilder, input: &[usize], vb: &mut VarBuild
         let linear = dense(input, *units, spec, vb)?.with_activation(fused);
         return Ok(Block { layer: Box::new(linear), activation: Activation::Identity });
     }
+    if let (LayerKind::Conv2d { filters, kernel }, Epilogue::Relu) = (&spec.kind, fused) {
+        let conv = conv2d(input, *filters, *kernel, spec, vb)?.with_activation(fused);
+        return Ok(Block { layer: Box::new(conv), activation: Activation::Identity });
+    }
     Ok(Block { layer: build_layer(i, spec, input, vb)?, activation })
 }
 
@@ -87,17 +92,7 @@ fn build_layer(i: usize, spec: &LayerBuilder, input: &[usize], vb: &mut VarBuild
     let channels = input.first().copied().unwrap_or(0);
     Ok(match &spec.kind {
         LayerKind::Dense { units } => Box::new(dense(input, *units, spec, vb)?),
-        LayerKind::Conv2d { filters, kernel } => {
-            let (s, p, d) = (spec.stride.unwrap_or(1), spec.padding, spec.dilation);
-            let cfg = Conv2dConfig {
-                stride: (s, s),
-                padding: (p, p),
-                dilation: (d, d),
-                groups: spec.groups,
-                bias: spec.use_bias,
-            };
-            Box::new(Conv2d::new(channels, *filters, (*kernel, *kernel), cfg, vb)?)
-        }
+        LayerKind::Conv2d { filters, kernel } => Box::new(conv2d(input, *filters, *kernel, spec, vb)?),
         LayerKind::MaxPool2d { kernel } => Box::new(MaxPool2d::with_config((*kernel, *kernel), pool_cfg(spec))?),
         LayerKind::AvgPool2d { kernel } => Box::new(AvgPool2d::with_config((*kernel, *kernel), pool_cfg(spec))?),
         LayerKind::Dropout { rate } => Box::new(Dropout::new(*rate)?),
@@ -121,6 +116,15 @@ fn build_layer(i: usize, spec: &LayerBuilder, input: &[usize], vb: &mut VarBuild
 fn dense(input: &[usize], units: usize, spec: &LayerBuilder, vb: &mut VarBuilder) -> Result<Linear> {
     let features = input.last().copied().unwrap_or(0);
     Linear::with_init(features, units, rnn_nn::Init::FanInUniform, spec.use_bias, vb)
+}
+
+/// A square convolution over `[C, H, W]` samples.
+fn conv2d(input: &[usize], filters: usize, kernel: usize, spec: &LayerBuilder, vb: &mut VarBuilder) -> Result<Conv2d> {
+    let channels = input.first().copied().unwrap_or(0);
+    let (s, p, d) = (spec.stride.unwrap_or(1), spec.padding, spec.dilation);
+    let cfg =
+        Conv2dConfig { stride: (s, s), padding: (p, p), dilation: (d, d), groups: spec.groups, bias: spec.use_bias };
+    Conv2d::new(channels, filters, (kernel, kernel), cfg, vb)
 }
 
 fn pool_cfg(spec: &LayerBuilder) -> Pool2dConfig {

@@ -52,11 +52,13 @@ macro_rules! cpu_map_same {
 }
 
 mod binary;
+pub(crate) mod conv;
 mod copy;
 mod index;
 mod matmul;
 pub(crate) use matmul::prefers_transposed_product;
 pub mod parallel;
+pub(crate) mod pool;
 mod reduce;
 pub(crate) mod simd;
 pub mod strided;

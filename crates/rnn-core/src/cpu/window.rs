@@ -16,12 +16,12 @@ use crate::window::Window2d;
 use crate::{Error, Layout, Result, WithDType};
 
 /// Sizes of one plane: input `h x w`, `ho x wo` windows of `window`.
-struct Plane<'a> {
-    h: usize,
-    w: usize,
-    ho: usize,
-    wo: usize,
-    window: &'a Window2d,
+pub(super) struct Plane<'a> {
+    pub h: usize,
+    pub w: usize,
+    pub ho: usize,
+    pub wo: usize,
+    pub window: &'a Window2d,
 }
 
 /// The positions `o` in `0..out_len` whose input index `o * stride + offset - pad` lies in
@@ -37,7 +37,7 @@ impl Plane<'_> {
     /// and window row `oh` whose input row lies inside the input; window columns `lo..hi` map
     /// to input columns `first_col, first_col + sw, ..` of that row. Rows in the padding are
     /// passed with `input_row = None`; `first_col` is meaningful only when `lo < hi`.
-    fn for_each_run(&self, mut f: impl FnMut(usize, usize, Option<usize>, (usize, usize), usize)) {
+    pub(super) fn for_each_run(&self, mut f: impl FnMut(usize, usize, Option<usize>, (usize, usize), usize)) {
         let Window2d { kernel: k, stride: s, padding: p, dilation: d } = *self.window;
         for i in 0..k.0 {
             let rows = valid_range(self.ho, self.h, s.0, i * d.0, p.0);
@@ -57,7 +57,7 @@ impl Plane<'_> {
     /// Writes the windows of one input plane (`h * w`) into `dst` (`kh * kw * ho * wo`),
     /// every element of it: each (kernel offset, window row) is one row of `wo`, filled with
     /// `pad` or copied, whole.
-    fn unfold<T: Copy>(&self, src: &[T], dst: &mut [MaybeUninit<T>], pad: T) {
+    pub(super) fn unfold<T: Copy>(&self, src: &[T], dst: &mut [MaybeUninit<T>], pad: T) {
         let (w, wo, sw) = (self.w, self.wo, self.window.stride.1);
         let positions = self.ho * wo;
         let fill = |out: &mut [MaybeUninit<T>]| {
@@ -87,7 +87,7 @@ impl Plane<'_> {
     }
 
     /// Adds the window elements `src` (`kh * kw * ho * wo`) into the plane `dst` (`h * w`).
-    fn fold<T: Elem>(&self, src: &[T], dst: &mut [T]) {
+    pub(super) fn fold<T: Elem>(&self, src: &[T], dst: &mut [T]) {
         let (w, wo, sw) = (self.w, self.wo, self.window.stride.1);
         let positions = self.ho * wo;
         self.for_each_run(|tap, oh, row, (lo, hi), first| {
@@ -114,7 +114,7 @@ impl Plane<'_> {
 /// Runs on the thread pool from a quarter of `PAR_WORK` elements moved (`work`): the runs
 /// copied are short rows, so a window op costs more per element than an add; measured on
 /// 2 cores, the unfolds of a small CNN (0.8M-3.6M elements) take half the time in parallel.
-fn build_planes<T, S>(
+pub(super) fn build_planes<T, S>(
     (planes, plane_len): (usize, usize),
     work: usize,
     init: impl Fn() -> S + Sync + Send,

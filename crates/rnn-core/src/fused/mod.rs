@@ -87,6 +87,8 @@ fused_ops! {
     norm::Norm,
     cross_entropy::CrossEntropy,
     bias_gelu::BiasGelu,
+    conv::Conv2d,
+    pool::Pool2d,
 }
 
 // Kernels and helpers of the norms, cross entropy and bias + GELU.

@@ -1,10 +1,8 @@
-//! 2-D convolution, and the sliding-window helpers it shares with the pooling layers.
-//!
-//! The input is unfolded into its windows by `Tensor::unfold2d` (im2col, one copy; its
-//! backward is `fold2d`), and the convolution is then a single batched matmul with the
-//! weight, groups being a batch dim of that matmul.
+//! 2-D convolution through the fused `Tensor::conv2d` (direct im2col + gemm kernels on the
+//! CPU, `unfold2d` and a batched matmul elsewhere), with an optional fused activation, and
+//! the input checks it shares with the pooling layers.
 
-use rnn_core::{Error, Result, Tensor, Window2d};
+use rnn_core::{Epilogue, Error, Result, Tensor, Window2d};
 
 use crate::init::bad_config;
 use crate::{Init, Module, VarBuilder};
@@ -22,29 +20,6 @@ pub(crate) fn expect_nchw(layer: &'static str, x: &Tensor) -> Result<()> {
         });
     }
     Ok(())
-}
-
-/// Checks `x` and `window` (errors name `layer`); returns the output (height, width).
-fn checked_output_size(layer: &'static str, x: &Tensor, window: &Window2d) -> Result<(usize, usize)> {
-    expect_nchw(layer, x)?;
-    window.output_size(layer, (x.dims()[2], x.dims()[3]))
-}
-
-/// The sliding windows of a `[N, C, H, W]` tensor, `[N, C, kh * kw, Ho * Wo]` (see
-/// `Tensor::unfold2d`), with padded positions reading `pad_value`; also returns `(Ho, Wo)`.
-pub(crate) fn unfold2d(
-    layer: &'static str,
-    x: &Tensor,
-    window: &Window2d,
-    pad_value: f64,
-) -> Result<(Tensor, (usize, usize))> {
-    let (ho, wo) = checked_output_size(layer, x, window)?;
-    let (n, c) = (x.dims()[0], x.dims()[1]);
-    if window.kernel == (1, 1) && window.stride == (1, 1) && window.padding == (0, 0) {
-        // Every window is one element: the input itself (a view when contiguous).
-        return Ok((x.reshape((n, c, 1, ho * wo))?, (ho, wo)));
-    }
-    Ok((x.unfold2d_window(window, pad_value)?, (ho, wo)))
 }
 
 /// Pads the last two dims of `x` (rank >= 2) with `value`: `top` and `bottom` rows,
@@ -101,6 +76,7 @@ pub struct Conv2d {
     weight: Tensor,
     bias: Option<Tensor>,
     config: Conv2dConfig,
+    activation: Epilogue,
 }
 
 impl Conv2d {
@@ -129,7 +105,7 @@ impl Conv2d {
             true => Some(vb.var_with_fan_in(&[out_channels], Init::FanInUniform, fan_in)?),
             false => None,
         };
-        Ok(Conv2d { weight, bias, config })
+        Ok(Conv2d { weight, bias, config, activation: Epilogue::None })
     }
 
     /// A layer from existing tensors: weight `[out, in / groups, kh, kw]`, bias `[out]`.
@@ -150,7 +126,18 @@ impl Conv2d {
         }
         window((kh, kw), &config).validate("Conv2d")?;
         let config = Conv2dConfig { bias: bias.is_some(), ..config };
-        Ok(Conv2d { weight, bias, config })
+        Ok(Conv2d { weight, bias, config, activation: Epilogue::None })
+    }
+
+    /// The same layer followed by `activation`, fused into its forward:
+    /// `act(conv2d(x, W) + b)` without a separate activation pass (same values and gradients
+    /// as applying it after).
+    pub fn with_activation(self, activation: Epilogue) -> Self {
+        Conv2d { activation, ..self }
+    }
+
+    pub fn activation(&self) -> Epilogue {
+        self.activation
     }
 
     pub fn weight(&self) -> &Tensor {
@@ -193,23 +180,15 @@ impl Module for Conv2d {
             });
         }
         expect_nchw("Conv2d", xs)?;
-        let (in_channels, out_channels, g) = (self.in_channels(), self.out_channels(), self.config.groups);
+        let (in_channels, g) = (self.in_channels(), self.config.groups);
         if xs.dims()[1] != in_channels {
             let msg = format!("expected {in_channels} input channels, got input of shape {:?}", xs.shape());
             return Err(Error::invalid("Conv2d", msg));
         }
-        let (cols, (ho, wo)) = unfold2d("Conv2d", xs, &window(self.kernel(), &self.config), 0.0)?;
-        let n = xs.dims()[0];
-        let (taps, positions) = (cols.dims()[2], cols.dims()[3]);
-        // [N, C, taps, L] -> [N, G, C/G * taps, L]: the rows one group's weights multiply.
-        let cols = cols.reshape((n, g, in_channels / g * taps, positions))?;
-        let w = self.weight.reshape((g, out_channels / g, in_channels / g * taps))?;
-        // [G, out/G, K] @ [N, G, K, L] -> [N, G, out/G, L], already in NCHW order.
-        let mut y = w.matmul(&cols)?.reshape((n, out_channels, ho, wo))?;
-        if let Some(b) = &self.bias {
-            y = y.add(&b.reshape((1, out_channels, 1, 1))?)?;
-        }
-        Ok(y)
+        let window = window(self.kernel(), &self.config);
+        // Checked here too so that a bad geometry is reported under the layer's name.
+        window.output_size("Conv2d", (xs.dims()[2], xs.dims()[3]))?;
+        xs.conv2d(&self.weight, self.bias.as_ref(), &window, g, self.activation)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

@@ -1,9 +1,10 @@
-//! 2-D max and average pooling over `[N, C, H, W]` inputs: the input is unfolded into its
-//! windows (`Tensor::unfold2d`, as in `Conv2d`), then reduced over the window dim.
+//! 2-D max and average pooling over `[N, C, H, W]` inputs, through the fused
+//! `Tensor::max_pool2d` / `Tensor::avg_pool2d` (direct kernels on the CPU, `unfold2d` and a
+//! reduction over the window dim elsewhere).
 
 use rnn_core::{Result, Tensor, Window2d};
 
-use super::conv::unfold2d;
+use super::conv::expect_nchw;
 use crate::init::bad_config;
 use crate::Module;
 
@@ -42,20 +43,6 @@ fn pool_window(layer: &'static str, kernel: (usize, usize), config: &Pool2dConfi
     Ok(window)
 }
 
-/// Reduces each window of `x` with `reduce`, which takes the unfolded input
-/// `[N, C, kh * kw, Ho * Wo]` and reduces dim 2: rows of `Ho * Wo` contiguous elements.
-fn pool(
-    layer: &'static str,
-    x: &Tensor,
-    window: &Window2d,
-    pad_value: f64,
-    reduce: impl Fn(&Tensor) -> Result<Tensor>,
-) -> Result<Tensor> {
-    let (cols, (ho, wo)) = unfold2d(layer, x, window, pad_value)?;
-    let (n, c) = (cols.dims()[0], cols.dims()[1]);
-    reduce(&cols)?.reshape((n, c, ho, wo))
-}
-
 /// Max over each window; padded positions count as -inf. The gradient of a window goes to
 /// its max; when several of its elements tie for the max, only the first of them in scan
 /// order (row by row) receives it, as in PyTorch, and an element that is the max of several
@@ -79,16 +66,10 @@ impl MaxPool2d {
 impl Module for MaxPool2d {
     /// `[N, C, H, W] -> [N, C, Ho, Wo]`.
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-        pool("MaxPool2d", xs, &self.window, f64::NEG_INFINITY, first_max)
+        expect_nchw("MaxPool2d", xs)?;
+        self.window.output_size("MaxPool2d", (xs.dims()[2], xs.dims()[3]))?;
+        xs.max_pool2d(&self.window)
     }
-}
-
-/// The max of each window (dim 2 of the unfolded input), read at the window's argmax: the
-/// backward of that gather routes the gradient to the one element the argmax names (the
-/// first max, or the first NaN), where the backward of `max` would give it to every tie.
-fn first_max(windows: &Tensor) -> Result<Tensor> {
-    let at = windows.argmax_keepdim(2)?;
-    windows.gather(&at, 2)?.squeeze(2)
 }
 
 /// Mean over each window. Padded positions count as zeros in the mean (PyTorch's default
@@ -117,7 +98,9 @@ impl AvgPool2d {
 impl Module for AvgPool2d {
     /// `[N, C, H, W] -> [N, C, Ho, Wo]`.
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-        pool("AvgPool2d", xs, &self.window, 0.0, |windows| windows.mean(2))
+        expect_nchw("AvgPool2d", xs)?;
+        self.window.output_size("AvgPool2d", (xs.dims()[2], xs.dims()[3]))?;
+        xs.avg_pool2d(&self.window)
     }
 }
 

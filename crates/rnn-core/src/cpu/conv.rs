@@ -1,0 +1,292 @@
+//! The fused 2-D convolution on the CPU (`Tensor::conv2d`), one image at a time: its windows
+//! are unfolded (im2col) into a per-thread scratch buffer, multiplied by the weight through
+//! packed gemm straight into the image's `[out, Ho * Wo]` output (which already holds the
+//! bias), and the ReLU is applied while that output is in cache. The backward unfolds each
+//! image again for the weight gradient, masks the output gradient by the ReLU on the fly,
+//! sums the bias gradient straight from it, and folds (col2im) the input gradient of one
+//! image while it is hot. Threads split the batch; every buffer of the loop is per thread
+//! and reused from image to image.
+
+use std::mem::MaybeUninit;
+
+use gemm::{gemm, Parallelism};
+use rayon::prelude::*;
+
+use super::parallel::zeroed_vec;
+use super::window::Plane;
+use crate::num::Float;
+use crate::{Result, Window2d};
+
+/// The sizes of one convolution: `[batch, in_c, h, w]` input, `[out_c, in_c / groups, kh,
+/// kw]` weight, `[batch, out_c, ho, wo]` output.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConvShape {
+    pub batch: usize,
+    pub in_c: usize,
+    pub out_c: usize,
+    pub groups: usize,
+    pub hw: (usize, usize),
+    pub out_hw: (usize, usize),
+    pub window: Window2d,
+}
+
+impl ConvShape {
+    fn plane(&self) -> Plane<'_> {
+        Plane { h: self.hw.0, w: self.hw.1, ho: self.out_hw.0, wo: self.out_hw.1, window: &self.window }
+    }
+
+    /// Output positions of one image, `Ho * Wo`: the columns of every product.
+    fn positions(&self) -> usize {
+        self.out_hw.0 * self.out_hw.1
+    }
+
+    /// Rows of one group's unfolded input, `in_c / groups * kh * kw`: the inner dim of the
+    /// forward product.
+    fn group_k(&self) -> usize {
+        self.in_c / self.groups * self.window.taps()
+    }
+
+    /// Output channels of one group.
+    fn group_out(&self) -> usize {
+        self.out_c / self.groups
+    }
+
+    fn image_len(&self) -> usize {
+        self.in_c * self.hw.0 * self.hw.1
+    }
+
+    fn cols_len(&self) -> usize {
+        self.in_c * self.window.taps() * self.positions()
+    }
+
+    /// Unfolds image `xi` (`[in_c, h, w]`) into `cols`, `[in_c * kh * kw, Ho * Wo]`, reusing
+    /// its allocation.
+    fn unfold_image<T: Float>(&self, xi: &[T], cols: &mut Vec<T>) {
+        let (plane, hw, n) = (self.plane(), self.hw.0 * self.hw.1, self.cols_len());
+        let per_channel = self.window.taps() * self.positions();
+        cols.clear();
+        cols.reserve(n);
+        let spare: &mut [MaybeUninit<T>] = &mut cols.spare_capacity_mut()[..n];
+        for (c, dst) in spare.chunks_mut(per_channel).enumerate() {
+            plane.unfold(&xi[c * hw..][..hw], dst, T::zero());
+        }
+        // SAFETY: `reserve` made room for `n` elements and `Plane::unfold` wrote every element
+        // of each channel's chunk; the chunks cover 0..n.
+        unsafe { cols.set_len(n) };
+    }
+}
+
+/// A matrix operand of a product: element (0, 0), row stride and column stride.
+#[derive(Clone, Copy)]
+struct Mat<T>(*const T, isize, isize);
+
+impl<T> Mat<T> {
+    /// The row-major `rows x cols` matrix at the start of `s`.
+    fn rows(s: &[T], cols: usize) -> Self {
+        Mat(s.as_ptr(), cols as isize, 1)
+    }
+
+    /// The transpose of the row-major matrix at the start of `s` with `cols` columns.
+    fn transposed(s: &[T], cols: usize) -> Self {
+        Mat(s.as_ptr(), 1, cols as isize)
+    }
+}
+
+/// `dst = a @ b` (or `dst += a @ b` when `accumulate`) for a row-major `m x n` `dst`, on the
+/// calling thread (the batch is what is split over threads).
+///
+/// SAFETY: `a` and `b` must address `m x k` and `k x n` valid elements with their strides,
+/// and `dst` must hold at least `m * n` elements.
+unsafe fn product<T: Float + 'static>(
+    dst: &mut [T],
+    (m, n, k): (usize, usize, usize),
+    a: Mat<T>,
+    b: Mat<T>,
+    accumulate: bool,
+) {
+    debug_assert!(dst.len() >= m * n);
+    // SAFETY: the caller's guarantee; gemm computes `dst = 1 * dst + 1 * a @ b` when it reads
+    // `dst`, `dst = a @ b` otherwise.
+    unsafe {
+        gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.0,
+            a.2,
+            a.1,
+            b.0,
+            b.2,
+            b.1,
+            T::one(),
+            T::one(),
+            false,
+            false,
+            false,
+            Parallelism::None,
+        )
+    }
+}
+
+/// ReLU in place, NaN kept (as `Tensor::relu`).
+fn relu_in_place<T: Float>(v: &mut [T]) {
+    for x in v {
+        *x = if *x < T::zero() { T::zero() } else { *x };
+    }
+}
+
+/// The forward: `act(conv(x, w) + b)` as a contiguous `[batch, out_c, ho, wo]` vector, `x`
+/// and `w` contiguous.
+pub(crate) fn conv2d_forward<T: Float + 'static>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    s: &ConvShape,
+    relu: bool,
+) -> Result<Vec<T>> {
+    let (l, kg, og) = (s.positions(), s.group_k(), s.group_out());
+    let image_out = s.out_c * l;
+    let mut y = zeroed_vec::<T>(s.batch * image_out)?;
+    if y.is_empty() {
+        return Ok(y);
+    }
+    let image = |i: usize, out: &mut [T], cols: &mut Vec<T>| {
+        s.unfold_image(&x[i * s.image_len()..][..s.image_len()], cols);
+        if let Some(b) = bias {
+            out.chunks_mut(l).zip(b).for_each(|(row, &v)| row.fill(v));
+        }
+        for g in 0..s.groups {
+            let (wg, cg) = (&w[g * og * kg..][..og * kg], &cols[g * kg * l..][..kg * l]);
+            // SAFETY: `wg` is `og x kg` and `cg` `kg x l`, row-major; `out` holds out_c x l.
+            unsafe {
+                product(&mut out[g * og * l..], (og, l, kg), Mat::rows(wg, kg), Mat::rows(cg, l), bias.is_some())
+            };
+        }
+        if relu {
+            relu_in_place(out);
+        }
+    };
+    y.par_chunks_mut(image_out).enumerate().for_each_init(Vec::new, |cols, (i, out)| image(i, out, cols));
+    Ok(y)
+}
+
+/// The gradients of one convolution; `x` and `b` only where asked for.
+pub(crate) struct ConvGrads<T> {
+    pub x: Option<Vec<T>>,
+    pub w: Vec<T>,
+    pub b: Option<Vec<T>>,
+}
+
+/// One thread's buffers in the backward: the unfolded image and its gradient, the masked
+/// output gradient, and its running sums of the weight and bias gradients.
+struct Scratch<T> {
+    cols: Vec<T>,
+    grad_cols: Vec<T>,
+    masked: Vec<T>,
+    w: Vec<T>,
+    b: Vec<T>,
+}
+
+impl<T: Float> Scratch<T> {
+    fn new(s: &ConvShape, w_len: usize) -> Self {
+        Scratch {
+            cols: Vec::new(),
+            grad_cols: Vec::new(),
+            masked: Vec::new(),
+            w: vec![T::zero(); w_len],
+            b: vec![T::zero(); s.out_c],
+        }
+    }
+
+    /// The sums of two threads.
+    fn merge(mut self, other: Self) -> Self {
+        self.w.iter_mut().zip(&other.w).for_each(|(a, &b)| *a = *a + b);
+        self.b.iter_mut().zip(&other.b).for_each(|(a, &b)| *a = *a + b);
+        self
+    }
+}
+
+/// The inputs of the backward: forward inputs, the output `y` (for the ReLU mask, when the
+/// layer has one) and its gradient `g`, all contiguous.
+pub(crate) struct ConvBackward<'a, T> {
+    pub x: &'a [T],
+    pub w: &'a [T],
+    pub y: Option<&'a [T]>,
+    pub g: &'a [T],
+    pub shape: ConvShape,
+}
+
+impl<T: Float + 'static> ConvBackward<'_, T> {
+    /// The weight gradient, and the input and bias gradients when `need_x` / `need_b`.
+    pub(crate) fn run(&self, need_x: bool, need_b: bool) -> Result<ConvGrads<T>> {
+        let s = &self.shape;
+        let mut gx = if need_x { Some(zeroed_vec::<T>(s.batch * s.image_len())?) } else { None };
+        let images: Vec<Option<&mut [T]>> = match gx.as_mut() {
+            Some(v) if s.image_len() > 0 => v.chunks_mut(s.image_len()).map(Some).collect(),
+            _ => (0..s.batch).map(|_| None).collect(),
+        };
+        let threads = rayon::current_num_threads().max(1);
+        let sums = images
+            .into_par_iter()
+            .enumerate()
+            .with_min_len(s.batch.div_ceil(4 * threads).max(1))
+            .fold(
+                || Scratch::new(s, self.w.len()),
+                |mut sc, (i, gxi)| {
+                    self.image(i, gxi, &mut sc);
+                    sc
+                },
+            )
+            .reduce_with(Scratch::merge);
+        let (w, b) = match sums {
+            Some(sc) => (sc.w, sc.b),
+            None => (vec![T::zero(); self.w.len()], vec![T::zero(); s.out_c]),
+        };
+        Ok(ConvGrads { x: gx, w, b: need_b.then_some(b) })
+    }
+
+    /// Adds image `i`'s share of the weight and bias gradients to `sc` and writes its input
+    /// gradient to `gxi` (zeroed) when given.
+    fn image(&self, i: usize, gxi: Option<&mut [T]>, sc: &mut Scratch<T>) {
+        let s = &self.shape;
+        let (l, kg, og) = (s.positions(), s.group_k(), s.group_out());
+        let gz = self.masked_grad(i, &mut sc.masked);
+        for (row, b) in gz.chunks(l.max(1)).zip(sc.b.iter_mut()) {
+            *b = row.iter().fold(*b, |acc, &v| acc + v);
+        }
+        s.unfold_image(&self.x[i * s.image_len()..][..s.image_len()], &mut sc.cols);
+        for g in 0..s.groups {
+            let (gzg, cg) = (&gz[g * og * l..][..og * l], &sc.cols[g * kg * l..][..kg * l]);
+            // SAFETY: gw_g (og x kg) += gz_g (og x l) @ cols_gᵀ (l x kg), all in bounds.
+            unsafe { product(&mut sc.w[g * og * kg..], (og, kg, l), Mat::rows(gzg, l), Mat::transposed(cg, l), true) };
+        }
+        let Some(gxi) = gxi else { return };
+        sc.grad_cols.resize(s.cols_len(), T::zero());
+        for g in 0..s.groups {
+            let (wg, gzg) = (&self.w[g * og * kg..][..og * kg], &gz[g * og * l..][..og * l]);
+            // SAFETY: grad_cols_g (kg x l) = w_gᵀ (kg x og) @ gz_g (og x l), all in bounds.
+            unsafe {
+                product(&mut sc.grad_cols[g * kg * l..], (kg, l, og), Mat::transposed(wg, kg), Mat::rows(gzg, l), false)
+            };
+        }
+        let (plane, hw, per_channel) = (s.plane(), s.hw.0 * s.hw.1, s.window.taps() * l);
+        for (c, dst) in gxi.chunks_mut(hw.max(1)).enumerate().take(s.in_c) {
+            plane.fold(&sc.grad_cols[c * per_channel..][..per_channel], dst);
+        }
+    }
+
+    /// Image `i`'s output gradient, through the ReLU when the layer has one (zero where the
+    /// output is <= 0, as `relu`'s backward), in `buf`.
+    fn masked_grad<'b>(&'b self, i: usize, buf: &'b mut Vec<T>) -> &'b [T] {
+        let len = self.shape.out_c * self.shape.positions();
+        let g = &self.g[i * len..][..len];
+        let Some(y) = self.y else { return g };
+        buf.clear();
+        buf.extend(g.iter().zip(&y[i * len..][..len]).map(|(&g, &y)| if y <= T::zero() { T::zero() } else { g }));
+        buf
+    }
+}

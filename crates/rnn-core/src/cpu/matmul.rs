@@ -1,8 +1,9 @@
-//! Batched matmul through the `gemm` crate (runtime-dispatched AVX2 / AVX-512 kernels).
+//! Batched matmul through the `gemm` crate (runtime-dispatched AVX2 / AVX-512 kernels);
+//! bf16 through our own packed GEMM (`matmul_bf16`), which gemm lacks.
 //! Inputs are `[batch.., m, k]` and `[batch.., k, n]` with equal batch dims, any strides.
 
 use gemm::{gemm, Parallelism};
-use half::f16;
+use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::strided::StridedIndex;
@@ -107,6 +108,18 @@ fn gemm_typed<T: Copy + bytemuck::Zeroable + Send + Sync + 'static>(
     Ok(out)
 }
 
+/// bf16 through the packed bf16 GEMM (`matmul_bf16`): f32 accumulation, one rounding.
+fn bf16_product(a: &[bf16], la: &Layout, b: &[bf16], lb: &Layout, d: &Dims) -> Result<Vec<bf16>> {
+    let mut out = super::parallel::zeroed_vec(d.batch * d.m * d.n)?;
+    let strides = |l: &Layout| {
+        let r = l.dims().len();
+        (l.strides()[r - 2], l.strides()[r - 1])
+    };
+    let offsets = (&batch_offsets(la)[..], &batch_offsets(lb)[..]);
+    super::matmul_bf16::batched((a, b), offsets, (strides(la), strides(lb)), (d.m, d.n, d.k), &mut out)?;
+    Ok(out)
+}
+
 fn check_extent(op: &'static str, len: usize, l: &Layout) -> Result<()> {
     if l.storage_extent() > len {
         return Err(Error::invalid(op, format!("layout {l:?} reaches past a storage of {len} elements")));
@@ -128,14 +141,7 @@ impl CpuStorage {
             (CpuStorage::F16(a), CpuStorage::F16(b)) => {
                 CpuStorage::F16(gemm_typed(a, la, b, lb, &d, (f16::ZERO, f16::ONE))?)
             }
-            (CpuStorage::BF16(_), CpuStorage::BF16(_)) => {
-                // gemm has no bf16 kernel: compute in f32, round once at the end.
-                let (a32, b32) = (self.to_dtype(la, crate::DType::F32)?, rhs.to_dtype(lb, crate::DType::F32)?);
-                let (ca, cb) = (Layout::contiguous(la.shape().clone()), Layout::contiguous(lb.shape().clone()));
-                let out = a32.matmul(&ca, &b32, &cb)?;
-                let n = out.len();
-                out.to_dtype(&Layout::contiguous(n), crate::DType::BF16)?
-            }
+            (CpuStorage::BF16(a), CpuStorage::BF16(b)) => CpuStorage::BF16(bf16_product(a, la, b, lb, &d)?),
             (a, b) if a.dtype() != b.dtype() => {
                 return Err(Error::DTypeMismatch { op: "matmul", lhs: a.dtype(), rhs: b.dtype() })
             }

@@ -55,6 +55,10 @@ mod binary;
 mod copy;
 mod index;
 mod matmul;
+pub(crate) mod matmul_bf16;
+mod matmul_bf16_kernels;
+#[cfg(test)]
+mod matmul_bf16_tests;
 pub(crate) use matmul::prefers_transposed_product;
 pub mod parallel;
 mod reduce;

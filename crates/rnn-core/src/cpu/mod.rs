@@ -55,10 +55,10 @@ mod binary;
 mod copy;
 mod index;
 mod matmul;
-pub(crate) mod matmul_bf16;
-mod matmul_bf16_kernels;
+pub(crate) mod matmul_half;
+mod matmul_half_kernels;
 #[cfg(test)]
-mod matmul_bf16_tests;
+mod matmul_half_tests;
 pub(crate) use matmul::prefers_transposed_product;
 pub mod parallel;
 mod reduce;

@@ -1,24 +1,52 @@
-//! Register-tile micro-kernels of the bf16 GEMM (`matmul_bf16`): each multiplies one packed
-//! `MR x kc` panel of A by one packed `kc x NR` panel of B into an f32 tile.
+//! Register-tile micro-kernels of the bf16 / f16 GEMM (`matmul_half`): each multiplies one
+//! packed `MR x kc` panel of A by one packed `kc x NR` panel of B into an f32 tile.
 //!
-//! Packed layout (written by `matmul_bf16::pack_a` / `pack_b`): k runs in groups of `KG`
+//! Packed layout (written by `matmul_half::pack_a` / `pack_b`): k runs in groups of `KG`
 //! consecutive values; A panel element `(i, k)` sits at `((k / KG) * MR + i) * KG + k % KG`,
 //! B panel element `(k, j)` at `((k / KG) * NR + j) * KG + k % KG`. The f32 kernels use
 //! `KG = 1`; the AVX512-BF16 kernel keeps bf16 and pairs two k values per 32-bit lane, the
 //! operand shape of `vdpbf16ps`.
 
-use half::bf16;
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
 
-/// One micro-kernel: its tile shape, packed element and the instruction set it needs.
-pub(super) trait MicroKernel: Sync {
+/// A 16-bit float input of the GEMM.
+pub(crate) trait Half: Copy + Default + Send + Sync + bytemuck::Zeroable + 'static {
+    /// Widens `src` into `dst` (F16C for f16 where the CPU has it, through the `half` crate).
+    fn widen(src: &[Self], dst: &mut [f32]);
+    /// Rounds to nearest even, NaN kept.
+    fn narrow(x: f32) -> Self;
+}
+
+impl Half for bf16 {
+    fn widen(src: &[bf16], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst);
+    }
+    fn narrow(x: f32) -> bf16 {
+        bf16::from_f32(x)
+    }
+}
+
+impl Half for f16 {
+    fn widen(src: &[f16], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst);
+    }
+    fn narrow(x: f32) -> f16 {
+        f16::from_f32(x)
+    }
+}
+
+/// One micro-kernel for inputs of type `E`: its tile shape, packed element and the
+/// instruction set it needs.
+pub(super) trait MicroKernel<E: Half>: Sync {
     /// Element of the packed panels.
     type P: Copy + Default + Send + Sync;
     const MR: usize;
     const NR: usize;
     /// k values packed side by side per row / column (1, or 2 for dot-product pairs).
     const KG: usize;
-    /// Converts one input value while packing.
-    fn pack(x: bf16) -> Self::P;
+    /// Converts a run of input values for packing.
+    fn convert(src: &[E], dst: &mut [Self::P]);
     /// Writes `tile[i * NR + j] = sum_k a(i, k) * b(k, j)` over `kq` groups of k.
     ///
     /// # Safety
@@ -30,14 +58,14 @@ pub(super) trait MicroKernel: Sync {
 /// Portable kernel: f32 panels, plain loops (the compiler vectorizes them for SSE2).
 pub(super) struct Scalar;
 
-impl MicroKernel for Scalar {
+impl<E: Half> MicroKernel<E> for Scalar {
     type P = f32;
     const MR: usize = 6;
     const NR: usize = 16;
     const KG: usize = 1;
 
-    fn pack(x: bf16) -> f32 {
-        x.to_f32()
+    fn convert(src: &[E], dst: &mut [f32]) {
+        E::widen(src, dst)
     }
 
     unsafe fn tile(kq: usize, a: &[f32], b: &[f32], tile: &mut [f32]) {
@@ -58,14 +86,14 @@ impl MicroKernel for Scalar {
 /// AVX2 + FMA: f32 panels (bf16 widened while packing), a 6 x 16 tile in 12 registers.
 pub(super) struct Avx2;
 
-impl MicroKernel for Avx2 {
+impl<E: Half> MicroKernel<E> for Avx2 {
     type P = f32;
     const MR: usize = 6;
     const NR: usize = 16;
     const KG: usize = 1;
 
-    fn pack(x: bf16) -> f32 {
-        x.to_f32()
+    fn convert(src: &[E], dst: &mut [f32]) {
+        E::widen(src, dst)
     }
 
     unsafe fn tile(kq: usize, a: &[f32], b: &[f32], tile: &mut [f32]) {
@@ -77,7 +105,7 @@ impl MicroKernel for Avx2 {
         #[cfg(not(target_arch = "x86_64"))]
         // SAFETY: the same contract; `Path::available` never offers AVX2 here.
         unsafe {
-            Scalar::tile(kq, a, b, tile)
+            <Scalar as MicroKernel<E>>::tile(kq, a, b, tile)
         };
     }
 }
@@ -111,14 +139,14 @@ unsafe fn avx2_tile(kq: usize, a: *const f32, b: *const f32, tile: *mut f32) {
 /// products into f32 accumulators; an 8 x 32 tile in 16 registers.
 pub(super) struct Avx512Bf16;
 
-impl MicroKernel for Avx512Bf16 {
+impl MicroKernel<bf16> for Avx512Bf16 {
     type P = bf16;
     const MR: usize = 8;
     const NR: usize = 32;
     const KG: usize = 2;
 
-    fn pack(x: bf16) -> bf16 {
-        x
+    fn convert(src: &[bf16], dst: &mut [bf16]) {
+        dst.copy_from_slice(src)
     }
 
     unsafe fn tile(kq: usize, a: &[bf16], b: &[bf16], tile: &mut [f32]) {

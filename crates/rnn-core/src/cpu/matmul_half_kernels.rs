@@ -16,6 +16,8 @@ pub(crate) trait Half: Copy + Default + Send + Sync + bytemuck::Zeroable + 'stat
     fn widen(src: &[Self], dst: &mut [f32]);
     /// Rounds to nearest even, NaN kept.
     fn narrow(x: f32) -> Self;
+    /// `narrow` over a slice (F16C for f16 where the CPU has it).
+    fn narrow_slice(src: &[f32], dst: &mut [Self]);
 }
 
 impl Half for bf16 {
@@ -25,6 +27,9 @@ impl Half for bf16 {
     fn narrow(x: f32) -> bf16 {
         bf16::from_f32(x)
     }
+    fn narrow_slice(src: &[f32], dst: &mut [bf16]) {
+        dst.convert_from_f32_slice(src);
+    }
 }
 
 impl Half for f16 {
@@ -33,6 +38,9 @@ impl Half for f16 {
     }
     fn narrow(x: f32) -> f16 {
         f16::from_f32(x)
+    }
+    fn narrow_slice(src: &[f32], dst: &mut [f16]) {
+        dst.convert_from_f32_slice(src);
     }
 }
 

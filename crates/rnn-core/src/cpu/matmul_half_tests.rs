@@ -151,3 +151,36 @@ fn nan_and_inf<E: Sample>() {
         }
     }
 }
+
+/// The slice casts between f32 and f16 / bf16 (F16C where the CPU has it) give the bits of
+/// the elementwise f64 route, on random bit patterns (NaN, infinities, subnormals, values
+/// past f16's range) and on exact ties, both ways.
+#[test]
+fn half_slice_casts_match_elementwise_rounding() {
+    use super::CpuStorage;
+    use crate::{DType, Layout};
+    let seed: u64 = rand::rng().random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut x: Vec<f32> = (0..5000).map(|_| f32::from_bits(rng.random())).collect();
+    // Ties of both types (f16 rounds bit 13, bf16 bit 16) and 70000 (past f16's max).
+    x.extend([1.0 + f32::EPSILON * 4096.0, 1.0 + f32::EPSILON * 12288.0, 1.0 + f32::EPSILON * 65536.0, 70000.0]);
+    let l = Layout::contiguous(x.len());
+    let wide = CpuStorage::F32(x.clone());
+    let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    let narrow = |dtype| wide.to_dtype(&l, dtype).unwrap();
+    let (h, b) = (narrow(DType::F16), narrow(DType::BF16));
+    let (CpuStorage::F16(h16), CpuStorage::BF16(b16)) = (&h, &b) else { panic!("cast dtype") };
+    for (i, &v) in x.iter().enumerate() {
+        assert!(same(h16[i].to_f64(), f16::from_f64(v as f64).to_f64()), "seed {seed}: f16 of {v:e}");
+        assert!(same(b16[i].to_f64(), bf16::from_f64(v as f64).to_f64()), "seed {seed}: bf16 of {v:e}");
+    }
+    for half in [h, b] {
+        let CpuStorage::F32(back) = half.to_dtype(&l, DType::F32).unwrap() else { panic!("cast dtype") };
+        let want: Vec<f64> = match &half {
+            CpuStorage::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            CpuStorage::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            _ => unreachable!(),
+        };
+        assert!(back.iter().zip(&want).all(|(&g, &w)| same(g as f64, w)), "seed {seed}: widening");
+    }
+}

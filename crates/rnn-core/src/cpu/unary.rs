@@ -115,6 +115,9 @@ impl CpuStorage {
                 _ => CpuStorage::I64(map(v, l, |x| x.into())?),
             })
         }
+        if let Some(out) = half_cast(self, l, dtype)? {
+            return Ok(out);
+        }
         if !self.dtype().is_float() && !dtype.is_float() {
             return match self {
                 CpuStorage::U8(v) => wrap(v, l, dtype),
@@ -141,4 +144,25 @@ impl CpuStorage {
             None => map(v, l, |x| x)?,
         }))
     }
+}
+
+/// f32 to and from f16 / bf16 over a contiguous layout, the casts around every mixed-precision
+/// op: the `half` crate's slice conversions (F16C for f16 where the CPU has it), the same
+/// values as the f64 route of `to_dtype` (one nearest-even rounding, NaN kept). `None` for
+/// other casts and strided layouts.
+fn half_cast(s: &CpuStorage, l: &Layout, dtype: DType) -> Result<Option<CpuStorage>> {
+    use super::matmul_half::Half;
+    fn convert<T: Sync, U: bytemuck::Zeroable + Send>(src: &[T], f: fn(&[T], &mut [U])) -> Result<Vec<U>> {
+        let mut out = zeroed_vec(src.len())?;
+        par_fill(&mut out, 1, |chunk, first| f(&src[first..first + chunk.len()], chunk));
+        Ok(out)
+    }
+    let Some((start, end)) = l.contiguous_offsets() else { return Ok(None) };
+    Ok(Some(match (s, dtype) {
+        (CpuStorage::F32(v), DType::F16) => CpuStorage::F16(convert(&v[start..end], f16::narrow_slice)?),
+        (CpuStorage::F32(v), DType::BF16) => CpuStorage::BF16(convert(&v[start..end], bf16::narrow_slice)?),
+        (CpuStorage::F16(v), DType::F32) => CpuStorage::F32(convert(&v[start..end], f16::widen)?),
+        (CpuStorage::BF16(v), DType::F32) => CpuStorage::F32(convert(&v[start..end], bf16::widen)?),
+        _ => return Ok(None),
+    }))
 }

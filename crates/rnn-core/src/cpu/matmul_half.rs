@@ -256,6 +256,11 @@ pub(crate) fn batched<E: GemmInput>(
     out: &mut [E],
 ) -> Result<()> {
     let (m, n, k) = dims;
+    if k == 0 {
+        // Empty sums; an operand with no elements may also start past its (empty) storage.
+        out.fill(E::default());
+        return Ok(());
+    }
     if m * n == 0 {
         return Ok(());
     }

@@ -124,6 +124,14 @@ fn f16_gemm_scalar_matches_f64() {
     check_path::<f16>(Path::Scalar);
 }
 
+/// k = 0 with empty operands whose views start past their (empty) storage: zeros, no panic.
+#[test]
+fn half_gemm_of_empty_depth_is_zeros() {
+    let mut out = vec![bf16::ONE; 6];
+    super::matmul_half::batched::<bf16>((&[], &[]), (&[1], &[2]), ((0, 1), (3, 1)), (2, 3, 0), &mut out).unwrap();
+    assert!(out.iter().all(|x| x.to_f32() == 0.0), "k = 0 gives zeros");
+}
+
 /// NaN and inf propagate as in an f64 product: a NaN poisons its row, inf times zero is
 /// NaN, inf times a nonzero value is an infinity of the product's sign.
 #[test]

@@ -30,6 +30,17 @@ def bench_matmul(threads):
     return out
 
 
+def bench_matmul_low_precision(threads):
+    """bf16 and f16 square matmuls (torch's CPU kernels accumulate them in f32)."""
+    out = []
+    for dtype, tag in ((torch.bfloat16, "bf16"), (torch.float16, "f16")):
+        for n in MATMUL_SIZES:
+            a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+            s = time_call(lambda: torch.matmul(a, b))
+            out.append(record(f"matmul_{tag}_{n}", "GFLOP/s", 2 * n**3 / s / 1e9, threads))
+    return out
+
+
 def bench_elementwise(threads):
     x, y = torch.randn(N16M), torch.randn(N16M)
     unary = {"relu": torch.relu, "exp": torch.exp, "tanh": torch.tanh,
@@ -134,13 +145,16 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--json", metavar="FILE", help="write records as a JSON list")
+    p.add_argument("--matmul-only", action="store_true", help="only the f32, bf16 and f16 matmul rows")
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     with torch.no_grad():
-        records = (bench_matmul(args.threads) + bench_elementwise(args.threads)
-                   + bench_reductions(args.threads))
-    records += bench_mlp(args.threads) + bench_fused_nn(args.threads)
+        records = bench_matmul(args.threads) + bench_matmul_low_precision(args.threads)
+        if not args.matmul_only:
+            records += bench_elementwise(args.threads) + bench_reductions(args.threads)
+    if not args.matmul_only:
+        records += bench_mlp(args.threads) + bench_fused_nn(args.threads)
     print_table(records, args.threads)
     if args.json:
         with open(args.json, "w") as f:

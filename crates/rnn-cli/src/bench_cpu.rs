@@ -11,7 +11,7 @@ use crate::CliResult;
 
 const N16M: usize = 16 * 1024 * 1024;
 /// The sizes in the workload names; a quick run keeps the names and shrinks the sizes.
-const MATMUL_LABELS: [usize; 4] = [256, 512, 1024, 2048];
+pub(crate) const MATMUL_LABELS: [usize; 4] = [256, 512, 1024, 2048];
 const NAME_WIDTH: usize = 28;
 
 /// Problem sizes and timing of one run.
@@ -93,12 +93,24 @@ pub fn run(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<Vec<Reco
     {
         let _no_grad = NoGradGuard::new();
         bench_matmul(&mut bench)?;
+        crate::bench_matmul_lowp::bench_matmul_low_precision(&mut bench, sizes.matmul)?;
         bench_elementwise(&mut bench)?;
         bench_reductions(&mut bench)?;
     }
     bench_mlp(&mut bench)?;
     let fused = if quick { &crate::bench_fused_nn::QUICK } else { &crate::bench_fused_nn::FULL };
     crate::bench_fused_nn::bench_fused_nn(&mut bench, fused)?;
+    Ok(bench.records)
+}
+
+/// Only the matmul rows, f32, bf16 and f16 (`rnn bench cpu --matmul-only`).
+pub fn run_matmul(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<Vec<Record>> {
+    rnn::manual_seed(0);
+    let mut bench = Bench { sizes, threads: rayon::current_num_threads(), records: Vec::new(), out };
+    bench.print_header(quick)?;
+    let _no_grad = NoGradGuard::new();
+    bench_matmul(&mut bench)?;
+    crate::bench_matmul_lowp::bench_matmul_low_precision(&mut bench, sizes.matmul)?;
     Ok(bench.records)
 }
 

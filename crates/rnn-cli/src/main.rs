@@ -5,6 +5,7 @@ mod bench_cpu;
 mod bench_engine;
 mod bench_fused_nn;
 mod bench_gpu;
+mod bench_matmul_lowp;
 mod bench_resnet;
 mod bench_train;
 mod devices;
@@ -51,9 +52,9 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchSuite {
-    /// The CPU workloads of bench/cpu_bench.py (f32 matmul, elementwise, reductions, MLP step,
+    /// The CPU workloads of bench/cpu_bench.py (f32, bf16 and f16 matmul, elementwise, reductions, MLP step,
     /// fused LayerNorm / cross entropy against their compositions).
-    Cpu(CpuBenchArgs),
+    Cpu(CpuSuiteArgs),
     /// Epoch time of the `rnn train` MLP and CNN through the Network API (bench/train_bench.py
     /// is the PyTorch twin), and an AdamW step over 10M parameters against a copy of its bytes.
     Train(TrainBenchArgs),
@@ -83,6 +84,15 @@ struct BenchOptions {
 struct CpuBenchArgs {
     #[command(flatten)]
     options: BenchOptions,
+}
+
+#[derive(Args)]
+struct CpuSuiteArgs {
+    #[command(flatten)]
+    options: BenchOptions,
+    /// Only the matmul rows: f32, bf16 and f16 (bench/cpu_bench.py --matmul-only is the twin).
+    #[arg(long)]
+    matmul_only: bool,
 }
 
 #[derive(Args)]
@@ -140,8 +150,11 @@ fn run(command: Command) -> CliResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn bench_cpu(args: &CpuBenchArgs) -> CliResult<()> {
+fn bench_cpu(args: &CpuSuiteArgs) -> CliResult<()> {
     let sizes = if args.options.quick { bench_cpu::Sizes::QUICK } else { bench_cpu::Sizes::FULL };
+    if args.matmul_only {
+        return run_bench(&args.options, |out| bench_cpu::run_matmul(sizes, args.options.quick, out));
+    }
     run_bench(&args.options, |out| bench_cpu::run(sizes, args.options.quick, out))
 }
 

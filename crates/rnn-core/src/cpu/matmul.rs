@@ -1,10 +1,12 @@
-//! Batched matmul through the `gemm` crate (runtime-dispatched AVX2 / AVX-512 kernels).
+//! Batched matmul through the `gemm` crate (runtime-dispatched AVX2 / AVX-512 kernels) for
+//! f32 / f64; bf16 and f16 through our packed GEMM (`matmul_half`): gemm has no bf16 kernel
+//! and rounds its f16 output after every depth block, PyTorch rounds once.
 //! Inputs are `[batch.., m, k]` and `[batch.., k, n]` with equal batch dims, any strides.
 
 use gemm::{gemm, Parallelism};
-use half::f16;
 use rayon::prelude::*;
 
+use super::matmul_half::GemmInput;
 use super::strided::StridedIndex;
 use super::CpuStorage;
 use crate::{Error, Layout, Result};
@@ -107,6 +109,18 @@ fn gemm_typed<T: Copy + bytemuck::Zeroable + Send + Sync + 'static>(
     Ok(out)
 }
 
+/// bf16 / f16 through our packed GEMM (`matmul_half`): f32 accumulation, one rounding.
+fn half_product<E: GemmInput>(a: &[E], la: &Layout, b: &[E], lb: &Layout, d: &Dims) -> Result<Vec<E>> {
+    let mut out = super::parallel::zeroed_vec(d.batch * d.m * d.n)?;
+    let strides = |l: &Layout| {
+        let r = l.dims().len();
+        (l.strides()[r - 2], l.strides()[r - 1])
+    };
+    let offsets = (&batch_offsets(la)[..], &batch_offsets(lb)[..]);
+    super::matmul_half::batched((a, b), offsets, (strides(la), strides(lb)), (d.m, d.n, d.k), &mut out)?;
+    Ok(out)
+}
+
 fn check_extent(op: &'static str, len: usize, l: &Layout) -> Result<()> {
     if l.storage_extent() > len {
         return Err(Error::invalid(op, format!("layout {l:?} reaches past a storage of {len} elements")));
@@ -125,17 +139,8 @@ impl CpuStorage {
         Ok(match (self, rhs) {
             (CpuStorage::F32(a), CpuStorage::F32(b)) => CpuStorage::F32(gemm_typed(a, la, b, lb, &d, (0.0, 1.0))?),
             (CpuStorage::F64(a), CpuStorage::F64(b)) => CpuStorage::F64(gemm_typed(a, la, b, lb, &d, (0.0, 1.0))?),
-            (CpuStorage::F16(a), CpuStorage::F16(b)) => {
-                CpuStorage::F16(gemm_typed(a, la, b, lb, &d, (f16::ZERO, f16::ONE))?)
-            }
-            (CpuStorage::BF16(_), CpuStorage::BF16(_)) => {
-                // gemm has no bf16 kernel: compute in f32, round once at the end.
-                let (a32, b32) = (self.to_dtype(la, crate::DType::F32)?, rhs.to_dtype(lb, crate::DType::F32)?);
-                let (ca, cb) = (Layout::contiguous(la.shape().clone()), Layout::contiguous(lb.shape().clone()));
-                let out = a32.matmul(&ca, &b32, &cb)?;
-                let n = out.len();
-                out.to_dtype(&Layout::contiguous(n), crate::DType::BF16)?
-            }
+            (CpuStorage::F16(a), CpuStorage::F16(b)) => CpuStorage::F16(half_product(a, la, b, lb, &d)?),
+            (CpuStorage::BF16(a), CpuStorage::BF16(b)) => CpuStorage::BF16(half_product(a, la, b, lb, &d)?),
             (a, b) if a.dtype() != b.dtype() => {
                 return Err(Error::DTypeMismatch { op: "matmul", lhs: a.dtype(), rhs: b.dtype() })
             }

@@ -56,6 +56,10 @@ pub(crate) mod conv;
 mod copy;
 mod index;
 mod matmul;
+pub(crate) mod matmul_half;
+mod matmul_half_kernels;
+#[cfg(test)]
+mod matmul_half_tests;
 pub(crate) use matmul::prefers_transposed_product;
 pub mod parallel;
 pub(crate) mod pool;

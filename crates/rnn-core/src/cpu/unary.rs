@@ -115,8 +115,13 @@ impl CpuStorage {
                 _ => CpuStorage::I64(map(v, l, |x| x.into())?),
             })
         }
-        // f32 <-> 16-bit float are the casts autocast runs on every step: converted
-        // directly (the same rounding, as f32 -> f64 is exact), not through f64.
+        // f32 <-> 16-bit float are the casts autocast runs on every step: a contiguous
+        // input goes through `half`'s slice conversions (F16C), a strided one is converted
+        // element by element, directly (the same rounding, as f32 -> f64 is exact), never
+        // through f64.
+        if let Some(out) = half_cast(self, l, dtype)? {
+            return Ok(out);
+        }
         match (self, dtype) {
             (CpuStorage::F32(v), DType::BF16) => return Ok(CpuStorage::BF16(map(v, l, bf16::from_f32)?)),
             (CpuStorage::F32(v), DType::F16) => return Ok(CpuStorage::F16(map(v, l, f16::from_f32)?)),
@@ -150,4 +155,25 @@ impl CpuStorage {
             None => map(v, l, |x| x)?,
         }))
     }
+}
+
+/// f32 to and from f16 / bf16 over a contiguous layout, the casts around every mixed-precision
+/// op: the `half` crate's slice conversions (F16C for f16 where the CPU has it), the same
+/// values as the f64 route of `to_dtype` (one nearest-even rounding, NaN kept). `None` for
+/// other casts and strided layouts.
+fn half_cast(s: &CpuStorage, l: &Layout, dtype: DType) -> Result<Option<CpuStorage>> {
+    use super::matmul_half::Half;
+    fn convert<T: Sync, U: bytemuck::Zeroable + Send>(src: &[T], f: fn(&[T], &mut [U])) -> Result<Vec<U>> {
+        let mut out = zeroed_vec(src.len())?;
+        par_fill(&mut out, 1, |chunk, first| f(&src[first..first + chunk.len()], chunk));
+        Ok(out)
+    }
+    let Some((start, end)) = l.contiguous_offsets() else { return Ok(None) };
+    Ok(Some(match (s, dtype) {
+        (CpuStorage::F32(v), DType::F16) => CpuStorage::F16(convert(&v[start..end], f16::narrow_slice)?),
+        (CpuStorage::F32(v), DType::BF16) => CpuStorage::BF16(convert(&v[start..end], bf16::narrow_slice)?),
+        (CpuStorage::F16(v), DType::F32) => CpuStorage::F32(convert(&v[start..end], f16::widen)?),
+        (CpuStorage::BF16(v), DType::F32) => CpuStorage::F32(convert(&v[start..end], bf16::widen)?),
+        _ => return Ok(None),
+    }))
 }

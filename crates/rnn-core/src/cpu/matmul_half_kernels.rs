@@ -1,0 +1,214 @@
+//! Register-tile micro-kernels of the bf16 / f16 GEMM (`matmul_half`): each multiplies one
+//! packed `MR x kc` panel of A by one packed `kc x NR` panel of B into an f32 tile.
+//!
+//! Packed layout (written by `matmul_half::pack_a` / `pack_b`): k runs in groups of `KG`
+//! consecutive values; A panel element `(i, k)` sits at `((k / KG) * MR + i) * KG + k % KG`,
+//! B panel element `(k, j)` at `((k / KG) * NR + j) * KG + k % KG`. The f32 kernels use
+//! `KG = 1`; the AVX512-BF16 kernel keeps bf16 and pairs two k values per 32-bit lane, the
+//! operand shape of `vdpbf16ps`.
+
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+
+/// A 16-bit float input of the GEMM.
+pub(crate) trait Half: Copy + Default + Send + Sync + bytemuck::Zeroable + 'static {
+    /// Widens `src` into `dst` (F16C for f16 where the CPU has it, through the `half` crate).
+    fn widen(src: &[Self], dst: &mut [f32]);
+    /// Rounds to nearest even, NaN kept.
+    fn narrow(x: f32) -> Self;
+    /// `narrow` over a slice (F16C for f16 where the CPU has it).
+    fn narrow_slice(src: &[f32], dst: &mut [Self]);
+}
+
+impl Half for bf16 {
+    fn widen(src: &[bf16], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst);
+    }
+    fn narrow(x: f32) -> bf16 {
+        bf16::from_f32(x)
+    }
+    fn narrow_slice(src: &[f32], dst: &mut [bf16]) {
+        dst.convert_from_f32_slice(src);
+    }
+}
+
+impl Half for f16 {
+    fn widen(src: &[f16], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst);
+    }
+    fn narrow(x: f32) -> f16 {
+        f16::from_f32(x)
+    }
+    fn narrow_slice(src: &[f32], dst: &mut [f16]) {
+        dst.convert_from_f32_slice(src);
+    }
+}
+
+/// One micro-kernel for inputs of type `E`: its tile shape, packed element and the
+/// instruction set it needs.
+pub(super) trait MicroKernel<E: Half>: Sync {
+    /// Element of the packed panels.
+    type P: Copy + Default + Send + Sync;
+    const MR: usize;
+    const NR: usize;
+    /// k values packed side by side per row / column (1, or 2 for dot-product pairs).
+    const KG: usize;
+    /// Converts a run of input values for packing.
+    fn convert(src: &[E], dst: &mut [Self::P]);
+    /// Writes `tile[i * NR + j] = sum_k a(i, k) * b(k, j)` over `kq` groups of k.
+    ///
+    /// # Safety
+    /// `a` holds `kq * MR * KG`, `b` `kq * NR * KG` packed values, `tile` `MR * NR`, and
+    /// the CPU has the kernel's instruction set (see `Path::available`).
+    unsafe fn tile(kq: usize, a: &[Self::P], b: &[Self::P], tile: &mut [f32]);
+}
+
+/// Portable kernel: f32 panels, plain loops (the compiler vectorizes them for SSE2).
+pub(super) struct Scalar;
+
+impl<E: Half> MicroKernel<E> for Scalar {
+    type P = f32;
+    const MR: usize = 6;
+    const NR: usize = 16;
+    const KG: usize = 1;
+
+    fn convert(src: &[E], dst: &mut [f32]) {
+        E::widen(src, dst)
+    }
+
+    unsafe fn tile(kq: usize, a: &[f32], b: &[f32], tile: &mut [f32]) {
+        let mut acc = [[0f32; 16]; 6];
+        for (ak, bk) in a.chunks_exact(6).zip(b.chunks_exact(16)).take(kq) {
+            for (row, &x) in acc.iter_mut().zip(ak) {
+                for (c, &y) in row.iter_mut().zip(bk) {
+                    *c += x * y;
+                }
+            }
+        }
+        for (dst, row) in tile.chunks_exact_mut(16).zip(&acc) {
+            dst.copy_from_slice(row);
+        }
+    }
+}
+
+/// AVX2 + FMA: f32 panels (bf16 widened while packing), a 6 x 16 tile in 12 registers.
+pub(super) struct Avx2;
+
+impl<E: Half> MicroKernel<E> for Avx2 {
+    type P = f32;
+    const MR: usize = 6;
+    const NR: usize = 16;
+    const KG: usize = 1;
+
+    fn convert(src: &[E], dst: &mut [f32]) {
+        E::widen(src, dst)
+    }
+
+    unsafe fn tile(kq: usize, a: &[f32], b: &[f32], tile: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller guarantees the lengths and that the CPU has AVX2 and FMA.
+        unsafe {
+            avx2_tile(kq, a.as_ptr(), b.as_ptr(), tile.as_mut_ptr())
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        // SAFETY: the same contract; `Path::available` never offers AVX2 here.
+        unsafe {
+            <Scalar as MicroKernel<E>>::tile(kq, a, b, tile)
+        };
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_tile(kq: usize, a: *const f32, b: *const f32, tile: *mut f32) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); 2]; 6];
+    for q in 0..kq {
+        // SAFETY: q < kq, so every read stays inside the panels the caller vouched for.
+        unsafe {
+            let (b0, b1) = (_mm256_loadu_ps(b.add(q * 16)), _mm256_loadu_ps(b.add(q * 16 + 8)));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let x = _mm256_broadcast_ss(&*a.add(q * 6 + i));
+                row[0] = _mm256_fmadd_ps(x, b0, row[0]);
+                row[1] = _mm256_fmadd_ps(x, b1, row[1]);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        // SAFETY: the tile holds 6 x 16 f32.
+        unsafe {
+            _mm256_storeu_ps(tile.add(i * 16), row[0]);
+            _mm256_storeu_ps(tile.add(i * 16 + 8), row[1]);
+        }
+    }
+}
+
+/// AVX512-BF16: bf16 panels, `vdpbf16ps` multiplies two k values per lane and adds both
+/// products into f32 accumulators; an 8 x 32 tile in 16 registers.
+pub(super) struct Avx512Bf16;
+
+impl MicroKernel<bf16> for Avx512Bf16 {
+    type P = bf16;
+    const MR: usize = 8;
+    const NR: usize = 32;
+    const KG: usize = 2;
+
+    fn convert(src: &[bf16], dst: &mut [bf16]) {
+        dst.copy_from_slice(src)
+    }
+
+    unsafe fn tile(kq: usize, a: &[bf16], b: &[bf16], tile: &mut [f32]) {
+        // SAFETY: the caller guarantees the lengths and that the CPU has AVX512-BF16.
+        unsafe { avx512bf16_tile(kq, a.as_ptr(), b.as_ptr(), tile.as_mut_ptr()) };
+    }
+}
+
+/// Whether this build has the AVX512-BF16 kernel: on x86-64, built by rustc 1.89 or later
+/// (the first with the AVX-512 intrinsics; older compilers get the AVX2 path).
+#[rustversion::since(1.89)]
+pub(super) const HAS_AVX512BF16_KERNEL: bool = cfg!(target_arch = "x86_64");
+#[rustversion::before(1.89)]
+pub(super) const HAS_AVX512BF16_KERNEL: bool = false;
+
+#[rustversion::before(1.89)]
+unsafe fn avx512bf16_tile(_: usize, _: *const bf16, _: *const bf16, _: *mut f32) {
+    unreachable!("Path::available offers AVX512-BF16 only when HAS_AVX512BF16_KERNEL");
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[rustversion::since(1.89)]
+unsafe fn avx512bf16_tile(_: usize, _: *const bf16, _: *const bf16, _: *mut f32) {
+    unreachable!("Path::available offers AVX512-BF16 only when HAS_AVX512BF16_KERNEL");
+}
+
+#[cfg(target_arch = "x86_64")]
+#[rustversion::since(1.89)]
+#[allow(clippy::incompatible_msrv)] // only built by rustc >= 1.89, see HAS_AVX512BF16_KERNEL
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn avx512bf16_tile(kq: usize, a: *const bf16, b: *const bf16, tile: *mut f32) {
+    use std::arch::x86_64::{__m512, __m512bh, __m512i, _mm512_dpbf16_ps, _mm512_loadu_ps, _mm512_set1_epi32};
+    use std::arch::x86_64::{_mm512_setzero_ps, _mm512_storeu_ps};
+    let mut acc = [[_mm512_setzero_ps(); 2]; 8];
+    for q in 0..kq {
+        // SAFETY: q < kq: group q of the B panel is 64 bf16 (32 columns x 2 k), of the A
+        // panel 16 bf16 (8 rows x 2 k); a 512-bit register is 32 bf16, the layout of the
+        // `__m512bh` operands (pairs of k side by side in each 32-bit lane).
+        unsafe {
+            let load = |p: *const bf16| std::mem::transmute::<__m512, __m512bh>(_mm512_loadu_ps(p as *const f32));
+            let (b0, b1) = (load(b.add(q * 64)), load(b.add(q * 64 + 32)));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let pair = (a.add((q * 8 + i) * 2) as *const i32).read_unaligned();
+                let x = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(pair));
+                row[0] = _mm512_dpbf16_ps(row[0], x, b0);
+                row[1] = _mm512_dpbf16_ps(row[1], x, b1);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        // SAFETY: the tile holds 8 x 32 f32.
+        unsafe {
+            _mm512_storeu_ps(tile.add(i * 32), row[0]);
+            _mm512_storeu_ps(tile.add(i * 32 + 16), row[1]);
+        }
+    }
+}

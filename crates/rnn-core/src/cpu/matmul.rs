@@ -75,7 +75,9 @@ fn gemm_typed<T: Copy + bytemuck::Zeroable + Send + Sync + 'static>(
     d: &Dims,
     units: (T, T),
 ) -> Result<Vec<T>> {
-    let mut out = super::parallel::zeroed_vec(d.batch * d.m * d.n)?;
+    // The product overwrites the whole output (`read_dst` false) unless k is 0.
+    let n_out = d.batch * d.m * d.n;
+    let mut out = if d.k == 0 { super::parallel::zeroed_vec(n_out)? } else { super::parallel::output_vec(n_out)? };
     if out.is_empty() {
         return Ok(out);
     }

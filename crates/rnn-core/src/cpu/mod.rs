@@ -75,7 +75,7 @@ mod binary;
 mod copy;
 mod index;
 mod matmul;
-pub(crate) use matmul::prefers_transposed_product;
+pub(crate) use matmul::{gemm_into, prefers_transposed_product};
 pub mod parallel;
 mod reduce;
 pub(crate) mod simd;

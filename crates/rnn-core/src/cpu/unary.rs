@@ -68,7 +68,7 @@ struct CpuUnary<'a> {
 
 /// CPU cost per element: the arithmetic-only ops are memory-bound, the rest call exp,
 /// tanh, erf, sin ... (see `parallel::HEAVY`).
-fn work_of(op: UnaryOp) -> usize {
+pub(crate) fn work_of(op: UnaryOp) -> usize {
     match op {
         UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Recip | UnaryOp::Sqr | UnaryOp::Relu | UnaryOp::Step => 1,
         _ => HEAVY,

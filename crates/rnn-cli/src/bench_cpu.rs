@@ -256,12 +256,8 @@ fn bench_mlp(bench: &mut Bench) -> CliResult<()> {
 /// The step's floor (its product FLOPs at the best matmul rate of this run) and the
 /// measured step over it, as two more records (`<name>_floor` in ms, `<name>_vs_floor`).
 fn record_floor(bench: &mut Bench, name: &str, flops: f64) -> CliResult<()> {
-    let best_gflops = bench
-        .records
-        .iter()
-        .filter(|r| r.name.starts_with("matmul_f32_"))
-        .map(|r| r.value)
-        .fold(0.0, f64::max);
+    let best_gflops =
+        bench.records.iter().filter(|r| r.name.starts_with("matmul_f32_")).map(|r| r.value).fold(0.0, f64::max);
     let step_ms = bench.records.iter().find(|r| r.name == name).map(|r| r.value);
     let (Some(step_ms), true) = (step_ms, best_gflops > 0.0) else {
         return Ok(());

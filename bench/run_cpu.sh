@@ -4,6 +4,8 @@
 # PyTorch runs twice per round: as installed, and with THP_MEM_ALLOC_ENABLE=1, which gives
 # its large buffers the same huge-page hint rnn uses, so the second table compares the
 # kernels without that allocation advantage.
+# PYTHON picks the interpreter that has torch (default python3); RNN_BIN a prebuilt rnn
+# binary (default: build target/release/rnn).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,19 +13,23 @@ threads=$(nproc)
 day=$(date +%F)
 tmp=$(mktemp -d /tmp/rnn-bench-cpu.XXXXXX)
 rounds=${ROUNDS:-3}
+python=${PYTHON:-python3}
+bin=${RNN_BIN:-target/release/rnn}
 
-cargo build --release -p rnn-cli
+[ -n "${RNN_BIN:-}" ] || cargo build --release -p rnn-cli
 ours="" theirs="" theirs_thp=""
 for round in $(seq 1 "$rounds"); do
     echo "== round $round of $rounds"
-    target/release/rnn bench cpu --json "$tmp/ours-$round.json"
-    python3 bench/cpu_bench.py --threads "$threads" --json "$tmp/torch-$round.json"
-    THP_MEM_ALLOC_ENABLE=1 python3 bench/cpu_bench.py --threads "$threads" --json "$tmp/torch-thp-$round.json"
+    "$bin" bench cpu --json "$tmp/ours-$round.json"
+    "$python" bench/cpu_bench.py --threads "$threads" --json "$tmp/torch-$round.json"
+    THP_MEM_ALLOC_ENABLE=1 "$python" bench/cpu_bench.py --threads "$threads" --json "$tmp/torch-thp-$round.json"
     ours="${ours:+$ours,}$tmp/ours-$round.json"
     theirs="${theirs:+$theirs,}$tmp/torch-$round.json"
     theirs_thp="${theirs_thp:+$theirs_thp,}$tmp/torch-thp-$round.json"
 done
 
+# machine.sh asks `python3` for the torch version: make it the one that ran the twin.
+case "$python" in */*) PATH="$(dirname "$python"):$PATH" ;; esac
 source bench/machine.sh
 out="bench/results/${day}-cpu-${threads}core-${slug}.md"
 mkdir -p bench/results

@@ -204,8 +204,10 @@ fn bench_reductions(bench: &mut Bench) -> CliResult<()> {
     bench.measure("sum_16M", Score::Bytes(4.0 * n as f64), || flat.sum_all().map(drop))
 }
 
-/// 784-512-256-10 with ReLU between layers, weights tracked for gradients.
+/// 784-512-256-10 with ReLU between layers, weights tracked for gradients: fused Linear
+/// layers (`Tensor::linear`, weights `[out, in]`), as `torch.nn.Linear` in the twin.
 struct Mlp {
+    widths: Vec<usize>,
     layers: Vec<(Tensor, Tensor)>,
 }
 
@@ -215,21 +217,19 @@ impl Mlp {
             .windows(2)
             .map(|w| {
                 let std = 1.0 / (w[0] as f64).sqrt();
-                let weight = Tensor::randn(0.0, std, (w[0], w[1]), DType::F32, Device::Cpu)?.requires_grad();
+                let weight = Tensor::randn(0.0, std, (w[1], w[0]), DType::F32, Device::Cpu)?.requires_grad();
                 let bias = Tensor::zeros(w[1], DType::F32, Device::Cpu)?.requires_grad();
                 Ok((weight, bias))
             })
             .collect::<rnn::Result<_>>()?;
-        Ok(Mlp { layers })
+        Ok(Mlp { widths: widths.to_vec(), layers })
     }
 
     fn forward(&self, x: &Tensor) -> rnn::Result<Tensor> {
         let mut h = x.clone();
         for (i, (w, b)) in self.layers.iter().enumerate() {
-            h = h.matmul(w)?.add(b)?;
-            if i + 1 < self.layers.len() {
-                h = h.relu()?;
-            }
+            let act = if i + 1 < self.layers.len() { rnn::Epilogue::Relu } else { rnn::Epilogue::None };
+            h = h.linear(w, Some(b), act)?;
         }
         Ok(h)
     }
@@ -238,6 +238,13 @@ impl Mlp {
     fn train_step(&self, x: &Tensor, targets: &Tensor) -> rnn::Result<()> {
         let loss = rnn::nn::cross_entropy(&self.forward(x)?, targets)?;
         loss.backward().map(drop)
+    }
+
+    /// Multiply-add FLOPs of one step's products: the forward, the weight gradients, and
+    /// the input gradients of every layer but the first (the data needs none).
+    fn step_flops(&self, batch: usize) -> f64 {
+        let per_layer: Vec<f64> = self.widths.windows(2).map(|w| 2.0 * (batch * w[0] * w[1]) as f64).collect();
+        2.0 * per_layer.iter().sum::<f64>() + per_layer[1..].iter().sum::<f64>()
     }
 }
 
@@ -253,10 +260,36 @@ fn bench_mlp(bench: &mut Bench) -> CliResult<()> {
     let mlp = Mlp::new(&[784, 512, 256, classes])?;
     let x = randn((batch, 784))?;
     let targets = random_targets(batch, classes)?;
-    bench.measure("mlp_784_512_256_10_b128", Score::Millis, || mlp.train_step(&x, &targets))?;
+    let name = "mlp_784_512_256_10_b128";
+    bench.measure(name, Score::Millis, || mlp.train_step(&x, &targets))?;
     // The same step under bf16 autocast (f32 weights, bf16 matmuls, f32 loss), as
     // `torch.autocast("cpu", dtype=torch.bfloat16)` in the PyTorch twin.
     bench.measure("mlp_784_512_256_10_b128_bf16", Score::Millis, || {
         rnn::autocast(DType::BF16, || mlp.train_step(&x, &targets))?
-    })
+    })?;
+    record_floor(bench, name, mlp.step_flops(batch))
+}
+
+/// The step's floor (its product FLOPs at the best matmul rate of this run) and the
+/// measured step over it, as two more records (`<name>_floor` in ms, `<name>_vs_floor`).
+fn record_floor(bench: &mut Bench, name: &str, flops: f64) -> CliResult<()> {
+    let best_gflops =
+        bench.records.iter().filter(|r| r.name.starts_with("matmul_f32_")).map(|r| r.value).fold(0.0, f64::max);
+    let step_ms = bench.records.iter().find(|r| r.name == name).map(|r| r.value);
+    let (Some(step_ms), true) = (step_ms, best_gflops > 0.0) else {
+        return Ok(());
+    };
+    let floor_ms = flops / (best_gflops * 1e9) * 1e3;
+    let ratio = step_ms / floor_ms;
+    writeln!(
+        bench.out,
+        "{name}: floor {floor_ms:.3} ms ({:.1} MFLOP at {best_gflops:.1} GFLOP/s), step / floor {ratio:.3}",
+        flops / 1e6
+    )?;
+    for (suffix, metric, value) in [("floor", "ms", floor_ms), ("vs_floor", "x", ratio)] {
+        let (suite, threads) = ("cpu", bench.threads);
+        let record_name = format!("{name}_{suffix}");
+        bench.records.push(Record { suite, name: record_name, metric, value, higher_is_better: false, threads });
+    }
+    Ok(())
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-const WORKLOADS: [&str; 18] = [
+const WORKLOADS: [&str; 20] = [
     "matmul_f32_256",
     "matmul_f32_512",
     "matmul_f32_1024",
@@ -18,6 +18,8 @@ const WORKLOADS: [&str; 18] = [
     "sum_16M",
     "mlp_784_512_256_10_b128",
     "mlp_784_512_256_10_b128_bf16",
+    "mlp_784_512_256_10_b128_floor",
+    "mlp_784_512_256_10_b128_vs_floor",
     "layer_norm_fused_8192x1024",
     "layer_norm_composed_8192x1024",
     "cross_entropy_fused_2048x8192",
@@ -64,9 +66,12 @@ fn quick_cpu_bench_writes_every_workload() {
         let value = r["value"].as_f64().unwrap();
         assert!(value.is_finite() && value > 0.0, "{name}: value {value}");
         assert_eq!(r["suite"], "cpu");
-        assert_eq!(r["higher_is_better"], r["metric"] != "ms", "{name}");
+        // Times and ratios to a floor are better low.
+        assert_eq!(r["higher_is_better"], r["metric"] != "ms" && r["metric"] != "x", "{name}");
         assert!(r["threads"].as_u64().unwrap() >= 1);
-        assert!(text(&out.stdout).contains(name), "{name} not printed");
+        // The floor records are printed on the step's summary line, after "floor".
+        let printed = name.strip_suffix("_vs_floor").or(name.strip_suffix("_floor")).unwrap_or(name);
+        assert!(text(&out.stdout).contains(printed), "{name} not printed");
     }
 }
 

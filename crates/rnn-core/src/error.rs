@@ -100,8 +100,8 @@ impl Error {
 }
 
 /// An empty vector with room for `n` elements, or `Error::OutOfMemory` instead of an abort.
+/// A vector of a tensor dtype comes from the host buffer cache (it may be reused memory, and
+/// its capacity may exceed `n`).
 pub fn try_vec<T>(n: usize) -> Result<Vec<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| Error::host_out_of_memory(n.saturating_mul(std::mem::size_of::<T>())))?;
-    Ok(v)
+    crate::host_pool::with_capacity(n)
 }

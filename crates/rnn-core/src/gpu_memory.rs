@@ -45,7 +45,10 @@ pub fn memory_stats(device: Device) -> Result<MemoryStats> {
 /// Frees the buffers a GPU device keeps for reuse (a no-op on the CPU).
 pub fn empty_cache(device: Device) -> Result<()> {
     match device {
-        Device::Cpu => Ok(()),
+        Device::Cpu => {
+            crate::cpu_empty_cache();
+            Ok(())
+        }
         #[cfg(feature = "wgpu")]
         Device::Wgpu(i) => crate::wgpu::empty_cache(i),
         #[cfg(feature = "cuda")]

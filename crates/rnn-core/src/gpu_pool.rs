@@ -7,13 +7,8 @@ use std::sync::Mutex;
 
 pub use crate::gpu_memory::MemoryStats;
 
-/// The size a request of `bytes` is rounded up to: at least 256 bytes, then to an eighth of
-/// the next power of two, so that at most 1/8 of a buffer is wasted.
-pub(crate) fn size_class(bytes: u64) -> u64 {
-    let bytes = bytes.max(256);
-    let step = (bytes.next_power_of_two() / 8).max(256);
-    bytes.div_ceil(step) * step
-}
+/// The host cache's size classes, shared.
+pub(crate) use crate::host_pool::size_class;
 
 pub(crate) struct BufferPool<B> {
     enabled: bool,

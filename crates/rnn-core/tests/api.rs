@@ -277,3 +277,27 @@ fn with_host_slice_reads_logical_order(device: Device) -> Result<()> {
     Ok(())
 }
 test_device!(with_host_slice_reads_logical_order_test, with_host_slice_reads_logical_order);
+
+/// CPU tensor buffers come back through the host cache: after a tensor is dropped, the next
+/// one of its size class reuses its buffer, and a reused buffer handed out as zeros (or as
+/// an op's output) carries nothing over from its last owner.
+#[test]
+fn cpu_buffers_are_reused_without_leaking_old_values() -> Result<()> {
+    let n = 3 << 14; // 192 KiB of f32: above the cache's minimum size
+    let before = rnn_core::cpu_memory_stats();
+    for round in 0..4 {
+        let filled = Tensor::full(7.0 + round as f64, n, DType::F32, Device::Cpu)?;
+        let doubled = filled.add(&filled)?;
+        assert!(doubled.to_vec::<f32>()?.iter().all(|&v| v == 2.0 * (7.0 + round as f32)));
+        drop((filled, doubled));
+        let zeros = Tensor::zeros(n, DType::F32, Device::Cpu)?;
+        assert!(zeros.to_vec::<f32>()?.iter().all(|&v| v == 0.0), "round {round}");
+        let relu = Tensor::full(-1.0, n, DType::F32, Device::Cpu)?.relu()?;
+        assert!(relu.to_vec::<f32>()?.iter().all(|&v| v == 0.0), "round {round}");
+    }
+    let after = rnn_core::cpu_memory_stats();
+    // Other tests share the cache, so only a lower bound is certain.
+    assert!(after.hits >= before.hits + 3, "{before:?} -> {after:?}");
+    assert!(after.cap > 0);
+    Ok(())
+}

@@ -1,7 +1,7 @@
 //! Binary ops, comparisons and where_cond. Inputs already share one (broadcast) shape;
 //! a broadcast input simply has stride 0, and the common cases get contiguous fast paths.
 
-use super::parallel::{par_fill, zeroed_vec, HEAVY};
+use super::parallel::{output_vec, par_fill, zeroed_vec, HEAVY};
 use super::simd::{map_slice, zip_slice};
 use super::strided::{for_each_row_piece, rows};
 use super::unary::{map, map_with_work};
@@ -24,7 +24,7 @@ pub fn zip_map<T, U, V>(
 where
     T: Copy + Sync,
     U: Copy + Sync,
-    V: Copy + bytemuck::Zeroable + Send,
+    V: Copy + bytemuck::Zeroable + Send + 'static,
 {
     let n = la.shape().elem_count();
     if n == 0 {
@@ -38,7 +38,8 @@ where
         let s = a[la.start_offset()];
         return map_with_work(work, b, lb, |y| f(s, y));
     }
-    let mut out = zeroed_vec(n)?;
+    // Every element is written below: no zeroing.
+    let mut out = output_vec(n)?;
     match (la.contiguous_offsets(), lb.contiguous_offsets()) {
         (Some((sa, _)), Some((sb, _))) => par_fill(&mut out, work, |chunk, first| {
             let n = chunk.len();

@@ -31,16 +31,17 @@ fn batch_offsets(l: &Layout) -> Vec<usize> {
 #[derive(Clone, Copy)]
 struct Operand<T>(*const T, isize, isize);
 
-/// `dst = a @ b` for one `m x n` row-major output.
+/// `dst = a @ b` (or `dst += a @ b` when `accumulate`) for one `m x n` row-major output.
 ///
 /// SAFETY: the operands must address `m x k` and `k x n` valid elements.
-unsafe fn gemm_one<T: 'static>(
+unsafe fn gemm_one<T: Copy + 'static>(
     dst: &mut [T],
     (m, n, k): (usize, usize, usize),
     a: Operand<T>,
     b: Operand<T>,
     (zero, one): (T, T),
     par: Parallelism,
+    accumulate: bool,
 ) {
     // SAFETY: the caller guarantees the operands address valid `m x k` and `k x n` elements
     // with these strides; `dst` holds `m x n` row-major elements.
@@ -52,14 +53,14 @@ unsafe fn gemm_one<T: 'static>(
             dst.as_mut_ptr(),
             1,
             n as isize,
-            false,
+            accumulate,
             a.0,
             a.2,
             a.1,
             b.0,
             b.2,
             b.1,
-            zero,
+            if accumulate { one } else { zero },
             one,
             false,
             false,
@@ -77,7 +78,9 @@ fn gemm_typed<T: Copy + bytemuck::Zeroable + Send + Sync + 'static>(
     d: &Dims,
     units: (T, T),
 ) -> Result<Vec<T>> {
-    let mut out = super::parallel::zeroed_vec(d.batch * d.m * d.n)?;
+    // The product overwrites the whole output (`read_dst` false) unless k is 0.
+    let n_out = d.batch * d.m * d.n;
+    let mut out = if d.k == 0 { super::parallel::zeroed_vec(n_out)? } else { super::parallel::output_vec(n_out)? };
     if out.is_empty() {
         return Ok(out);
     }
@@ -94,7 +97,7 @@ fn gemm_typed<T: Copy + bytemuck::Zeroable + Send + Sync + 'static>(
         // length in `matmul` below; dst is exactly m*n elements, row-major.
         unsafe {
             let (pa, pb) = (Operand(a.as_ptr().add(oa[i]), a_rs, a_cs), Operand(b.as_ptr().add(ob[i]), b_rs, b_cs));
-            gemm_one(dst, (d.m, d.n, d.k), pa, pb, units, par);
+            gemm_one(dst, (d.m, d.n, d.k), pa, pb, units, par, false);
         }
     };
     let chunks = out.chunks_mut(d.m * d.n);
@@ -119,6 +122,43 @@ fn half_product<E: GemmInput>(a: &[E], la: &Layout, b: &[E], lb: &Layout, d: &Di
     let offsets = (&batch_offsets(la)[..], &batch_offsets(lb)[..]);
     super::matmul_half::batched((a, b), offsets, (strides(la), strides(lb)), (d.m, d.n, d.k), &mut out)?;
     Ok(out)
+}
+
+/// `dst = a @ b`, or `dst += a @ b` when `accumulate`, for 2-D `a` `[m, k]` and `b` `[k, n]`
+/// (any strides) into the row-major `m x n` `dst`: the product of a fused op (accumulating
+/// onto a pre-filled bias).
+pub(crate) fn gemm_into<T: Copy + Send + Sync + 'static>(
+    dst: &mut [T],
+    (a, la): (&[T], &Layout),
+    (b, lb): (&[T], &Layout),
+    units: (T, T),
+    accumulate: bool,
+) -> Result<()> {
+    check_extent("matmul", a.len(), la)?;
+    check_extent("matmul", b.len(), lb)?;
+    let (m, k, n) = (la.dims()[0], la.dims()[1], lb.dims()[1]);
+    if dst.len() != m * n || lb.dims()[0] != k {
+        return Err(Error::Msg(format!("internal: gemm_into of {la:?} and {lb:?} into {}", dst.len())));
+    }
+    if dst.is_empty() {
+        return Ok(());
+    }
+    if k == 0 {
+        // No terms: the sum is empty (gemm is not asked to handle k = 0).
+        if !accumulate {
+            dst.fill(units.0);
+        }
+        return Ok(());
+    }
+    let par = if m * n * k < PAR_FLOPS { Parallelism::None } else { Parallelism::Rayon(rayon::current_num_threads()) };
+    let operand = |p: &[T], l: &Layout| {
+        // SAFETY: the start offset lies within the storage (checked extent above).
+        Operand(unsafe { p.as_ptr().add(l.start_offset()) }, l.strides()[0] as isize, l.strides()[1] as isize)
+    };
+    // SAFETY: the extents of both layouts were checked against their storages; dst holds
+    // exactly m x n row-major elements.
+    unsafe { gemm_one(dst, (m, n, k), operand(a, la), operand(b, lb), units, par, accumulate) };
+    Ok(())
 }
 
 fn check_extent(op: &'static str, len: usize, l: &Layout) -> Result<()> {

@@ -5,8 +5,9 @@ use half::{bf16, f16};
 
 use crate::{DType, Error, Result, WithDType};
 
-/// Elements of one dtype in host memory.
-#[derive(Clone, Debug, PartialEq)]
+/// Elements of one dtype in host memory. Buffers come from and go back to the host buffer
+/// cache (`host_pool`): dropping a storage hands its vector back for reuse.
+#[derive(Debug, PartialEq)]
 pub enum CpuStorage {
     U8(Vec<u8>),
     U32(Vec<u32>),
@@ -51,6 +52,25 @@ macro_rules! cpu_map_same {
     };
 }
 
+impl Drop for CpuStorage {
+    fn drop(&mut self) {
+        cpu_each!(self, v => crate::host_pool::release(std::mem::take(v)))
+    }
+}
+
+impl Clone for CpuStorage {
+    /// A copy in a buffer from the host cache. Panics like `Vec::clone` when the machine
+    /// cannot hold it (`Clone` cannot fail).
+    fn clone(&self) -> Self {
+        cpu_map_same!(self, v => {
+            let mut copy = crate::host_pool::with_capacity(v.len())
+                .unwrap_or_else(|e| panic!("CpuStorage::clone: {e}"));
+            copy.extend_from_slice(v);
+            copy
+        })
+    }
+}
+
 mod binary;
 pub(crate) mod conv;
 mod copy;
@@ -60,7 +80,7 @@ pub(crate) mod matmul_half;
 mod matmul_half_kernels;
 #[cfg(test)]
 mod matmul_half_tests;
-pub(crate) use matmul::prefers_transposed_product;
+pub(crate) use matmul::{gemm_into, prefers_transposed_product};
 pub mod parallel;
 pub(crate) mod pool;
 mod reduce;

@@ -30,42 +30,26 @@ pub fn par_fill<T: Send>(out: &mut [T], work_per_item: usize, f: impl Fn(&mut [T
 
 /// `n` zeros, or `Error::OutOfMemory` when the machine cannot hold them (an op's output
 /// size comes from user shapes, so a failed allocation must be an error, not an abort).
-/// Zeroed allocation hands back fresh pages for large sizes without writing them twice.
+/// From the host buffer cache (see `host_pool`).
 pub fn zeroed_vec<T: bytemuck::Zeroable>(n: usize) -> crate::Result<Vec<T>> {
-    let oom = || crate::Error::host_out_of_memory(n.saturating_mul(std::mem::size_of::<T>()));
-    if n == 0 || std::mem::size_of::<T>() == 0 {
-        return Ok(Vec::new());
-    }
-    let layout = std::alloc::Layout::array::<T>(n).map_err(|_| oom())?;
-    // SAFETY: the layout has non-zero size; all-zero bytes are a valid `T` (Zeroable); a
-    // non-null block of `Layout::array::<T>(n)` from the global allocator is exactly what
-    // `Vec::from_raw_parts` with length and capacity `n` takes ownership of.
-    unsafe {
-        let ptr = std::alloc::alloc_zeroed(layout) as *mut T;
-        if ptr.is_null() {
-            return Err(oom());
-        }
-        advise_huge_pages(ptr as *mut u8, layout.size());
-        Ok(Vec::from_raw_parts(ptr, n, n))
-    }
+    crate::host_pool::zeros(n)
 }
 
-/// Asks the kernel to back the 2 MiB-aligned part of a large block with huge pages: a
-/// 64 MiB op output then takes 32 page faults instead of 16384 (the faults, not the
-/// arithmetic, were most of an elementwise op's time). Only a hint; failure is harmless.
-fn advise_huge_pages(ptr: *mut u8, len: usize) {
-    #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        if len < 4 * HUGE {
-            return;
-        }
-        let start = (ptr as usize).next_multiple_of(HUGE);
-        let end = (ptr as usize + len) / HUGE * HUGE;
-        // SAFETY: the range lies inside the block just allocated; MADV_HUGEPAGE changes
-        // only how pages are backed, never their contents.
-        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+/// `n` elements for an output the caller overwrites in full, from the host buffer cache:
+/// for a tensor dtype, of unspecified value (a reused buffer's old contents: no zeroing
+/// pass); for other types (bool masks, pairs), zeros.
+pub fn output_vec<T: bytemuck::Zeroable + 'static>(n: usize) -> crate::Result<Vec<T>> {
+    use half::{bf16, f16};
+    use std::any::TypeId;
+    macro_rules! overwrite_as {
+        ($($dtype:ty),*) => {$(
+            if TypeId::of::<T>() == TypeId::of::<$dtype>() {
+                let v = std::mem::ManuallyDrop::new(crate::host_pool::for_overwrite::<$dtype>(n)?);
+                // SAFETY: `T` is `$dtype` (the same TypeId): this only renames the type.
+                return Ok(unsafe { Vec::from_raw_parts(v.as_ptr() as *mut T, v.len(), v.capacity()) });
+            }
+        )*};
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (ptr, len);
+    overwrite_as!(u8, u32, i64, f16, bf16, f32, f64);
+    zeroed_vec(n)
 }

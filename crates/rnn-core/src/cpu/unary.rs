@@ -2,7 +2,7 @@
 
 use half::{bf16, f16};
 
-use super::parallel::{par_fill, zeroed_vec, HEAVY};
+use super::parallel::{output_vec, par_fill, HEAVY};
 use super::simd::map_slice;
 use super::strided::{for_each_row_piece, rows};
 use super::CpuStorage;
@@ -13,7 +13,7 @@ use crate::{DType, Error, Layout, Result, WithDType};
 pub fn map<T, U>(src: &[T], l: &Layout, f: impl Fn(T) -> U + Sync + Send) -> Result<Vec<U>>
 where
     T: Copy + Sync,
-    U: Copy + bytemuck::Zeroable + Send,
+    U: Copy + bytemuck::Zeroable + Send + 'static,
 {
     map_with_work(1, src, l, f)
 }
@@ -22,9 +22,10 @@ where
 pub fn map_with_work<T, U>(work: usize, src: &[T], l: &Layout, f: impl Fn(T) -> U + Sync + Send) -> Result<Vec<U>>
 where
     T: Copy + Sync,
-    U: Copy + bytemuck::Zeroable + Send,
+    U: Copy + bytemuck::Zeroable + Send + 'static,
 {
-    let mut out = zeroed_vec(l.shape().elem_count())?;
+    // Every element is written below: no zeroing.
+    let mut out = output_vec(l.shape().elem_count())?;
     match l.contiguous_offsets() {
         Some((start, end)) => {
             let src = &src[start..end];
@@ -51,7 +52,7 @@ where
 /// The elements seen through `l` as one contiguous slice, borrowed when they already are.
 pub fn contiguous_slice<'a, T>(v: &'a [T], l: &Layout) -> Result<std::borrow::Cow<'a, [T]>>
 where
-    T: Copy + Sync + Send + bytemuck::Zeroable,
+    T: Copy + Sync + Send + bytemuck::Zeroable + 'static,
 {
     Ok(match l.contiguous_offsets() {
         Some((a, b)) => std::borrow::Cow::Borrowed(&v[a..b]),
@@ -67,7 +68,7 @@ struct CpuUnary<'a> {
 
 /// CPU cost per element: the arithmetic-only ops are memory-bound, the rest call exp,
 /// tanh, erf, sin ... (see `parallel::HEAVY`).
-fn work_of(op: UnaryOp) -> usize {
+pub(crate) fn work_of(op: UnaryOp) -> usize {
     match op {
         UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Recip | UnaryOp::Sqr | UnaryOp::Relu | UnaryOp::Step => 1,
         _ => HEAVY,

@@ -2,8 +2,10 @@
 //! cuBLASLt product with a bias + ReLU / GELU epilogue (`CUBLASLT_EPILOGUE_BIAS`,
 //! `_RELU_BIAS`, `_GELU_BIAS`); where cuBLASLt has no fused kernel for it (f64 on most
 //! devices) the product runs alone and elementwise kernels add the bias and activation
-//! (GELU: one fused `bias_gelu` kernel). Elsewhere (CPU, wgpu, no bias) it is a matmul, then
-//! an add and the activation, or `bias_gelu` for a GELU with a bias.
+//! (GELU: one fused `bias_gelu` kernel). On the CPU (f32, f64) the bias is written into the
+//! output and the product accumulated onto it, then the activation runs in place
+//! (`linear_cpu.rs`). Elsewhere (wgpu, half types on the CPU) it is a matmul, then an add
+//! and the activation, or `bias_gelu` for a GELU with a bias.
 
 use super::bias_gelu::bias_gelu_into;
 use super::{FusedKernels, FusedOp};
@@ -54,8 +56,8 @@ impl FusedOp for Linear {
         Ok((Shape::from(vec![x.dims()[0], w.dims()[0]]), x.dtype()))
     }
 
-    fn cpu(&self, _: &[(&CpuStorage, &Layout)]) -> Result<Option<Vec<CpuStorage>>> {
-        Ok(None)
+    fn cpu(&self, inputs: &[(&CpuStorage, &Layout)]) -> Result<Option<Vec<CpuStorage>>> {
+        super::linear_cpu::forward(self.act, inputs)
     }
 
     fn gpu(&self, target: &Target, inputs: &[(DType, &Layout, usize)]) -> Result<Option<Program>> {

@@ -91,7 +91,8 @@ fused_ops! {
     pool::Pool2d,
 }
 
-// Kernels and helpers of the norms, cross entropy and bias + GELU.
+// Kernels and helpers of the norms, cross entropy, bias + GELU and Linear's CPU forward.
+mod linear_cpu;
 mod norm_gpu;
 mod rows;
 

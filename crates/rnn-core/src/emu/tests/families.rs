@@ -178,23 +178,14 @@ pub(super) fn softmax() {
 
 /// The ids as the CPU reads them, with one bad index at `bad` when given.
 fn ids(rng: &mut rand::rngs::StdRng, k: DType, n: usize, size: usize, bad: Option<usize>) -> CpuStorage {
-    let s = small_ints(rng, k, n, size as i64);
-    match (bad, s) {
-        (None, s) => s,
-        (Some(at), CpuStorage::I64(mut v)) => {
-            v[at] = if at % 2 == 0 { -1 } else { size as i64 + 3 };
-            CpuStorage::I64(v)
-        }
-        (Some(at), CpuStorage::U32(mut v)) => {
-            v[at] = size as u32;
-            CpuStorage::U32(v)
-        }
-        (Some(at), CpuStorage::U8(mut v)) => {
-            v[at] = 255;
-            CpuStorage::U8(v)
-        }
-        (_, s) => s,
+    let mut s = small_ints(rng, k, n, size as i64);
+    match (bad, &mut s) {
+        (Some(at), CpuStorage::I64(v)) => v[at] = if at % 2 == 0 { -1 } else { size as i64 + 3 },
+        (Some(at), CpuStorage::U32(v)) => v[at] = size as u32,
+        (Some(at), CpuStorage::U8(v)) => v[at] = 255,
+        _ => {}
     }
+    s
 }
 
 pub(super) fn index_ops() {

@@ -175,10 +175,10 @@ pub(super) fn tile_product_add<C: Compute>(mnk: (usize, usize, usize), dst: &mut
 
 /// Input `i` contiguous in the compute type: borrowed for f32 / f64, converted for halves.
 fn compute_input<'a, C: Compute>((s, l): (&'a CpuStorage, &Layout)) -> Result<Cow<'a, [C]>> {
-    let owned = |s: CpuStorage| -> Result<Cow<'a, [C]>> {
-        match s {
-            CpuStorage::F32(v) if C::is_f32() => Ok(Cow::Owned(bytemuck_vec(v))),
-            CpuStorage::F64(v) if !C::is_f32() => Ok(Cow::Owned(bytemuck_vec(v))),
+    let owned = |mut s: CpuStorage| -> Result<Cow<'a, [C]>> {
+        match &mut s {
+            CpuStorage::F32(v) if C::is_f32() => Ok(Cow::Owned(bytemuck_vec(std::mem::take(v)))),
+            CpuStorage::F64(v) if !C::is_f32() => Ok(Cow::Owned(bytemuck_vec(std::mem::take(v)))),
             s => Err(Error::Msg(format!("internal: attention computes {} in the wrong type", s.dtype()))),
         }
     };

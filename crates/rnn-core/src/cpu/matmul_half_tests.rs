@@ -183,7 +183,8 @@ fn half_slice_casts_match_elementwise_rounding() {
         assert!(same(b16[i].to_f64(), bf16::from_f64(v as f64).to_f64()), "seed {seed}: bf16 of {v:e}");
     }
     for half in [h, b] {
-        let CpuStorage::F32(back) = half.to_dtype(&l, DType::F32).unwrap() else { panic!("cast dtype") };
+        let widened = half.to_dtype(&l, DType::F32).unwrap();
+        let CpuStorage::F32(back) = &widened else { panic!("cast dtype") };
         let want: Vec<f64> = match &half {
             CpuStorage::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
             CpuStorage::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),

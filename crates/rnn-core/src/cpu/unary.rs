@@ -164,8 +164,8 @@ impl CpuStorage {
 /// other casts and strided layouts.
 fn half_cast(s: &CpuStorage, l: &Layout, dtype: DType) -> Result<Option<CpuStorage>> {
     use super::matmul_half::Half;
-    fn convert<T: Sync, U: bytemuck::Zeroable + Send>(src: &[T], f: fn(&[T], &mut [U])) -> Result<Vec<U>> {
-        let mut out = zeroed_vec(src.len())?;
+    fn convert<T: Sync, U: bytemuck::Zeroable + Send + 'static>(src: &[T], f: fn(&[T], &mut [U])) -> Result<Vec<U>> {
+        let mut out = output_vec(src.len())?;
         par_fill(&mut out, 1, |chunk, first| f(&src[first..first + chunk.len()], chunk));
         Ok(out)
     }

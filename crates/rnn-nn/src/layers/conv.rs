@@ -173,10 +173,16 @@ impl Module for Conv2d {
     /// `[N, in, H, W] -> [N, out, Ho, Wo]`.
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         if rnn_core::autocast::is_active() {
-            // Input, weight and bias in the autocast dtype, as one op (the bias add too).
+            // Input, weight and bias in the autocast dtype, as one op (the bias add and the fused activation too).
             let inputs: Vec<&Tensor> = [xs, &self.weight].into_iter().chain(self.bias.as_ref()).collect();
             return rnn_core::autocast::autocast_op(rnn_core::AutocastOp::Conv2d, &inputs, |t| {
-                Conv2d { weight: t[1].clone(), bias: t.get(2).cloned(), config: self.config }.forward(&t[0])
+                Conv2d {
+                    weight: t[1].clone(),
+                    bias: t.get(2).cloned(),
+                    config: self.config,
+                    activation: self.activation,
+                }
+                .forward(&t[0])
             });
         }
         expect_nchw("Conv2d", xs)?;

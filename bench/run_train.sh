@@ -2,7 +2,7 @@
 # Build rnn, run the training benchmark for rnn and PyTorch, write
 # bench/results/<date>-train-<machine>.md. The sides run alternately ROUNDS times (default 2);
 # each workload's best run counts. Set QUICK=1 for a smoke run (small sizes), PYTHON to the
-# interpreter that has torch (default python3).
+# interpreter that has torch (default python3), RNN_BIN a prebuilt rnn binary (skips the build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,8 +12,8 @@ tmp=$(mktemp -d /tmp/rnn-bench-train.XXXXXX)
 rounds=${ROUNDS:-2}
 quick=${QUICK:+--quick}
 
-cargo build --release -p rnn-cli
-rnn="${CARGO_TARGET_DIR:-target}/release/rnn"
+rnn=${RNN_BIN:-${CARGO_TARGET_DIR:-target}/release/rnn}
+[ -n "${RNN_BIN:-}" ] || cargo build --release -p rnn-cli
 python=${PYTHON:-python3}
 ours="" theirs=""
 for round in $(seq 1 "$rounds"); do

@@ -3,11 +3,19 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-const WORKLOADS: [&str; 20] = [
+const WORKLOADS: [&str; 32] = [
     "matmul_f32_256",
     "matmul_f32_512",
     "matmul_f32_1024",
     "matmul_f32_2048",
+    "matmul_bf16_256",
+    "matmul_bf16_512",
+    "matmul_bf16_1024",
+    "matmul_bf16_2048",
+    "matmul_f16_256",
+    "matmul_f16_512",
+    "matmul_f16_1024",
+    "matmul_f16_2048",
     "unary_relu_16M",
     "unary_exp_16M",
     "unary_tanh_16M",
@@ -22,6 +30,10 @@ const WORKLOADS: [&str; 20] = [
     "mlp_784_512_256_10_b128_vs_floor",
     "layer_norm_fused_8192x1024",
     "layer_norm_composed_8192x1024",
+    "rms_norm_fused_8192x1024",
+    "rms_norm_composed_8192x1024",
+    "bias_gelu_fused_8192x1024",
+    "bias_gelu_composed_8192x1024",
     "cross_entropy_fused_2048x8192",
     "cross_entropy_composed_2048x8192",
 ];

@@ -161,8 +161,10 @@ fn nan_and_inf<E: Sample>() {
 }
 
 /// The slice casts between f32 and f16 / bf16 (F16C where the CPU has it) give the bits of
-/// the elementwise f64 route, on random bit patterns (NaN, infinities, subnormals, values
-/// past f16's range) and on exact ties, both ways.
+/// the elementwise f32 conversions, on random bit patterns (NaN, infinities, subnormals,
+/// values past f16's range) and on exact ties, both ways. (Not the f64 route: `half`'s
+/// `bf16::from_f64` rounds 0x22348001 down to 0x2234, where round-to-nearest of the f32,
+/// PyTorch's rule, gives 0x2235: the f64 conversion misses the low sticky bit.)
 #[test]
 fn half_slice_casts_match_elementwise_rounding() {
     use super::CpuStorage;
@@ -172,6 +174,8 @@ fn half_slice_casts_match_elementwise_rounding() {
     let mut x: Vec<f32> = (0..5000).map(|_| f32::from_bits(rng.random())).collect();
     // Ties of both types (f16 rounds bit 13, bf16 bit 16) and 70000 (past f16's max).
     x.extend([1.0 + f32::EPSILON * 4096.0, 1.0 + f32::EPSILON * 12288.0, 1.0 + f32::EPSILON * 65536.0, 70000.0]);
+    // Just above a bf16 tie: rounds up.
+    x.push(f32::from_bits(0x2234_8001));
     let l = Layout::contiguous(x.len());
     let wide = CpuStorage::F32(x.clone());
     let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
@@ -179,9 +183,10 @@ fn half_slice_casts_match_elementwise_rounding() {
     let (h, b) = (narrow(DType::F16), narrow(DType::BF16));
     let (CpuStorage::F16(h16), CpuStorage::BF16(b16)) = (&h, &b) else { panic!("cast dtype") };
     for (i, &v) in x.iter().enumerate() {
-        assert!(same(h16[i].to_f64(), f16::from_f64(v as f64).to_f64()), "seed {seed}: f16 of {v:e}");
-        assert!(same(b16[i].to_f64(), bf16::from_f64(v as f64).to_f64()), "seed {seed}: bf16 of {v:e}");
+        assert!(same(h16[i].to_f64(), f16::from_f32(v).to_f64()), "seed {seed}: f16 of {v:e}");
+        assert!(same(b16[i].to_f64(), bf16::from_f32(v).to_f64()), "seed {seed}: bf16 of {v:e}");
     }
+    assert_eq!(b16[x.len() - 1].to_bits(), 0x2235, "above a tie rounds up");
     for half in [h, b] {
         let widened = half.to_dtype(&l, DType::F32).unwrap();
         let CpuStorage::F32(back) = &widened else { panic!("cast dtype") };

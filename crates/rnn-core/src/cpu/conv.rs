@@ -9,9 +9,10 @@
 
 use std::mem::MaybeUninit;
 
-use gemm::{gemm, Parallelism};
+use gemm::Parallelism;
 use rayon::prelude::*;
 
+use super::matmul::{gemm_one, Operand};
 use super::parallel::zeroed_vec;
 use super::window::Plane;
 use crate::num::Float;
@@ -76,20 +77,14 @@ impl ConvShape {
     }
 }
 
-/// A matrix operand of a product: element (0, 0), row stride and column stride.
-#[derive(Clone, Copy)]
-struct Mat<T>(*const T, isize, isize);
+/// The row-major `rows x cols` matrix at the start of `s`, as a product operand.
+fn rows<T>(s: &[T], cols: usize) -> Operand<T> {
+    Operand(s.as_ptr(), cols as isize, 1)
+}
 
-impl<T> Mat<T> {
-    /// The row-major `rows x cols` matrix at the start of `s`.
-    fn rows(s: &[T], cols: usize) -> Self {
-        Mat(s.as_ptr(), cols as isize, 1)
-    }
-
-    /// The transpose of the row-major matrix at the start of `s` with `cols` columns.
-    fn transposed(s: &[T], cols: usize) -> Self {
-        Mat(s.as_ptr(), 1, cols as isize)
-    }
+/// The transpose of the row-major matrix at the start of `s` with `cols` columns.
+fn transposed<T>(s: &[T], cols: usize) -> Operand<T> {
+    Operand(s.as_ptr(), 1, cols as isize)
 }
 
 /// `dst = a @ b` (or `dst += a @ b` when `accumulate`) for a row-major `m x n` `dst`, on the
@@ -100,36 +95,13 @@ impl<T> Mat<T> {
 unsafe fn product<T: Float + 'static>(
     dst: &mut [T],
     (m, n, k): (usize, usize, usize),
-    a: Mat<T>,
-    b: Mat<T>,
+    a: Operand<T>,
+    b: Operand<T>,
     accumulate: bool,
 ) {
     debug_assert!(dst.len() >= m * n);
-    // SAFETY: the caller's guarantee; gemm computes `dst = 1 * dst + 1 * a @ b` when it reads
-    // `dst`, `dst = a @ b` otherwise.
-    unsafe {
-        gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            accumulate,
-            a.0,
-            a.2,
-            a.1,
-            b.0,
-            b.2,
-            b.1,
-            T::one(),
-            T::one(),
-            false,
-            false,
-            false,
-            Parallelism::None,
-        )
-    }
+    // SAFETY: the caller's guarantee.
+    unsafe { gemm_one(dst, (m, n, k), a, b, (T::zero(), T::one()), Parallelism::None, accumulate) }
 }
 
 /// ReLU in place, NaN kept (as `Tensor::relu`).
@@ -162,9 +134,7 @@ pub(crate) fn conv2d_forward<T: Float + 'static>(
         for g in 0..s.groups {
             let (wg, cg) = (&w[g * og * kg..][..og * kg], &cols[g * kg * l..][..kg * l]);
             // SAFETY: `wg` is `og x kg` and `cg` `kg x l`, row-major; `out` holds out_c x l.
-            unsafe {
-                product(&mut out[g * og * l..], (og, l, kg), Mat::rows(wg, kg), Mat::rows(cg, l), bias.is_some())
-            };
+            unsafe { product(&mut out[g * og * l..], (og, l, kg), rows(wg, kg), rows(cg, l), bias.is_some()) };
         }
         if relu {
             relu_in_place(out);
@@ -262,16 +232,14 @@ impl<T: Float + 'static> ConvBackward<'_, T> {
         for g in 0..s.groups {
             let (gzg, cg) = (&gz[g * og * l..][..og * l], &sc.cols[g * kg * l..][..kg * l]);
             // SAFETY: gw_g (og x kg) += gz_g (og x l) @ cols_gᵀ (l x kg), all in bounds.
-            unsafe { product(&mut sc.w[g * og * kg..], (og, kg, l), Mat::rows(gzg, l), Mat::transposed(cg, l), true) };
+            unsafe { product(&mut sc.w[g * og * kg..], (og, kg, l), rows(gzg, l), transposed(cg, l), true) };
         }
         let Some(gxi) = gxi else { return };
         sc.grad_cols.resize(s.cols_len(), T::zero());
         for g in 0..s.groups {
             let (wg, gzg) = (&self.w[g * og * kg..][..og * kg], &gz[g * og * l..][..og * l]);
             // SAFETY: grad_cols_g (kg x l) = w_gᵀ (kg x og) @ gz_g (og x l), all in bounds.
-            unsafe {
-                product(&mut sc.grad_cols[g * kg * l..], (kg, l, og), Mat::transposed(wg, kg), Mat::rows(gzg, l), false)
-            };
+            unsafe { product(&mut sc.grad_cols[g * kg * l..], (kg, l, og), transposed(wg, kg), rows(gzg, l), false) };
         }
         let (plane, hw, per_channel) = (s.plane(), s.hw.0 * s.hw.1, s.window.taps() * l);
         for (c, dst) in gxi.chunks_mut(hw.max(1)).enumerate().take(s.in_c) {

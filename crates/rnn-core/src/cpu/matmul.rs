@@ -29,12 +29,12 @@ fn batch_offsets(l: &Layout) -> Vec<usize> {
 
 /// One operand of a product: first element, row stride, column stride (in elements).
 #[derive(Clone, Copy)]
-struct Operand<T>(*const T, isize, isize);
+pub(super) struct Operand<T>(pub(super) *const T, pub(super) isize, pub(super) isize);
 
 /// `dst = a @ b` (or `dst += a @ b` when `accumulate`) for one `m x n` row-major output.
 ///
 /// SAFETY: the operands must address `m x k` and `k x n` valid elements.
-unsafe fn gemm_one<T: Copy + 'static>(
+pub(super) unsafe fn gemm_one<T: Copy + 'static>(
     dst: &mut [T],
     (m, n, k): (usize, usize, usize),
     a: Operand<T>,

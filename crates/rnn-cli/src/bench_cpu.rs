@@ -87,13 +87,10 @@ impl Score {
 
 /// Runs every workload, printing one line per workload to `out` as it finishes.
 pub fn run(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<Vec<Record>> {
-    rnn::manual_seed(0);
-    let mut bench = Bench { sizes, threads: rayon::current_num_threads(), records: Vec::new(), out };
-    bench.print_header(quick)?;
+    let mut bench = start(sizes, quick, out)?;
     {
         let _no_grad = NoGradGuard::new();
-        bench_matmul(&mut bench)?;
-        crate::bench_matmul_lowp::bench_matmul_low_precision(&mut bench, sizes.matmul)?;
+        bench_matmul_rows(&mut bench)?;
         bench_elementwise(&mut bench)?;
         bench_reductions(&mut bench)?;
     }
@@ -105,13 +102,24 @@ pub fn run(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<Vec<Reco
 
 /// Only the matmul rows, f32, bf16 and f16 (`rnn bench cpu --matmul-only`).
 pub fn run_matmul(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<Vec<Record>> {
+    let mut bench = start(sizes, quick, out)?;
+    let _no_grad = NoGradGuard::new();
+    bench_matmul_rows(&mut bench)?;
+    Ok(bench.records)
+}
+
+/// A seeded bench writing to `out`, its header printed.
+fn start(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<Bench<'_>> {
     rnn::manual_seed(0);
     let mut bench = Bench { sizes, threads: rayon::current_num_threads(), records: Vec::new(), out };
     bench.print_header(quick)?;
-    let _no_grad = NoGradGuard::new();
-    bench_matmul(&mut bench)?;
-    crate::bench_matmul_lowp::bench_matmul_low_precision(&mut bench, sizes.matmul)?;
-    Ok(bench.records)
+    Ok(bench)
+}
+
+/// The f32, bf16 and f16 matmul rows.
+fn bench_matmul_rows(bench: &mut Bench) -> CliResult<()> {
+    bench_matmul(bench)?;
+    crate::bench_matmul_lowp::bench_matmul_low_precision(bench, bench.sizes.matmul)
 }
 
 /// Collects records and prints them as they come.

@@ -10,13 +10,16 @@ day=$(date +%F)
 tmp=$(mktemp -d /tmp/rnn-bench-lowp.XXXXXX)
 rounds=${ROUNDS:-3}
 rnn_bin=${RNN_BIN:-target/release/rnn}
+python=${PYTHON:-python3}
+# machine.sh asks `python3` for torch's version: make it the one that runs the twin.
+PATH="$(dirname "$(command -v "$python")"):$PATH"
 
 [ -n "${RNN_BIN:-}" ] || cargo build --release -p rnn-cli
 ours="" theirs=""
 for round in $(seq 1 "$rounds"); do
     echo "== round $round of $rounds"
     "$rnn_bin" bench cpu --matmul-only --json "$tmp/ours-$round.json"
-    python3 bench/cpu_bench.py --matmul-only --threads "$threads" --json "$tmp/torch-$round.json"
+    "$python" bench/cpu_bench.py --matmul-only --threads "$threads" --json "$tmp/torch-$round.json"
     ours="${ours:+$ours,}$tmp/ours-$round.json"
     theirs="${theirs:+$theirs,}$tmp/torch-$round.json"
 done
@@ -33,7 +36,7 @@ flags=$(grep -o -w 'avx512bf16\|avx512_bf16\|avx512f\|avx2\|fma\|f16c' /proc/cpu
     echo
     echo "## Each dtype against f32, same library (GFLOP/s ratio)"
     echo
-    python3 - "$ours" "$theirs" <<'PY'
+    "$python" - "$ours" "$theirs" <<'PY'
 import sys
 sys.path.insert(0, "bench")
 from compare import load_best
@@ -42,13 +45,14 @@ print("| size | rnn bf16/f32 | rnn f16/f32 | torch bf16/f32 | torch f16/f32 |")
 print("|---|---|---|---|---|")
 for n in (256, 512, 1024, 2048):
     cells = [f"{s[f'matmul_{t}_{n}']['value'] / s[f'matmul_f32_{n}']['value']:.2f}"
+             if f"matmul_{t}_{n}" in s else "n/a (too slow)"
              for s in (ours, torch) for t in ("bf16", "f16")]
     print(f"| {n} | " + " | ".join(cells) + " |")
 PY
     echo
     echo "## rnn against PyTorch, per workload"
     echo
-    python3 bench/compare.py "$ours" "$theirs" --markdown
+    "$python" bench/compare.py "$ours" "$theirs" --markdown
 } > "$out"
 
 cat "$out"

@@ -150,10 +150,16 @@ impl Tensor {
         Ok(Tensor::from_parts(storage, Layout::contiguous(self.shape().clone()), Some(Op::Copy(self.clone()))))
     }
 
-    /// Joins tensors along `dim`; their other dims, dtypes and devices must agree.
+    /// Joins tensors along `dim`; their other dims, dtypes and devices must agree (inside an
+    /// autocast region, mixed float dtypes are promoted to the widest first).
     pub fn cat(tensors: &[Tensor], dim: impl Dim) -> Result<Tensor> {
         let first = tensors.first().ok_or_else(|| Error::invalid("cat", "no tensors given"))?;
         let d = dim.to_index(first.shape(), "cat")?;
+        if crate::autocast::is_active() && tensors.iter().any(|t| t.dtype() != first.dtype()) {
+            // Inside an autocast region mixed float dtypes are promoted, as PyTorch does.
+            let refs: Vec<&Tensor> = tensors.iter().collect();
+            return crate::autocast::autocast_op(crate::AutocastOp::Elementwise, &refs, |t| Tensor::cat(t, d));
+        }
         for t in &tensors[1..] {
             check_cat_compatible(first, t, d)?;
         }

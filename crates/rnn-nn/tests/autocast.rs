@@ -81,6 +81,24 @@ fn float32_ops_cast_16_bit_inputs_up() -> Result<()> {
 }
 
 #[test]
+fn cat_promotes_mixed_float_dtypes_inside_a_region_only() -> Result<()> {
+    let a = randn(&[2, 3])?.requires_grad();
+    let b = randn(&[1, 3])?.to_dtype(DType::BF16)?.requires_grad();
+    let err = Tensor::cat(&[a.clone(), b.clone()], 0).unwrap_err();
+    assert!(matches!(err, Error::DTypeMismatch { op: "cat", .. }), "{err}");
+    let joined = within(DType::F16, || Tensor::cat(&[a.clone(), b.clone()], 0))?;
+    assert_eq!((joined.dtype(), joined.dims()), (DType::F32, &[3usize, 3][..]));
+    let expected = [values(&a), values(&b.to_dtype(DType::F32)?)].concat();
+    assert_eq!(values(&joined), expected);
+    // Each input gets its gradient back in its own dtype.
+    let grads = joined.sum_all()?.backward()?;
+    assert_eq!(grads.get(&a).unwrap().dtype(), DType::F32);
+    assert_eq!(grads.get(&b).unwrap().dtype(), DType::BF16);
+    assert_eq!(values(grads.get(&b).unwrap()), vec![1.0; 3]);
+    Ok(())
+}
+
+#[test]
 fn policy_table_entries() {
     assert_eq!(AutocastOp::Matmul.policy(), CastPolicy::Lower);
     assert_eq!(AutocastOp::ScaledDotProductAttention.policy(), CastPolicy::Lower);

@@ -23,10 +23,22 @@ fi
 # mpirun binds each rank to a core by default, where its communication thread would then
 # take turns with its compute thread; OpenMPI's blocking calls also spin while they wait.
 MPIRUN=(mpirun -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
-TRAIN=(train --device cpu --samples 10000 --epochs 3 --batch-size 128 --quiet)
+# SAMPLES (default 30,000; a tenth is held out for validation): an epoch of about 1 s on this
+# machine; with 10,000 a single epoch (0.4 s) scattered by +-15% between runs.
+samples=${SAMPLES:-30000}
+TRAIN=(train --device cpu --samples "$samples" --epochs 3 --batch-size 128 --quiet)
 
 # Best epoch's samples/s of a history.json.
 best() { "$python" -c 'import json,sys; print(max(json.load(open(sys.argv[1]))["samples_per_sec"]))' "$1/history.json"; }
+# The share of the best epoch that rank 0 spent waiting for averaged gradients.
+wait_share() {
+    "$python" - "$1/history.json" <<'PY'
+import json, sys
+h = json.load(open(sys.argv[1]))
+best = max(range(len(h["samples_per_sec"])), key=lambda e: h["samples_per_sec"][e])
+print(h["comm_wait_seconds"][best] / h["epoch_times"][best])
+PY
+}
 
 ours() {
     local name=$1 out="$tmp/$1"
@@ -41,6 +53,11 @@ measure() {
     ours rnn_1x1 env RAYON_NUM_THREADS=1 "$RNN" "${TRAIN[@]}"
     ours rnn_1x2 env RAYON_NUM_THREADS=2 "$RNN" "${TRAIN[@]}"
     ours rnn_2x1 "${MPIRUN[@]}" -x RAYON_NUM_THREADS=1 "$RNN" "${TRAIN[@]}" --distributed
+    echo "comm_wait_share_2x1 $(wait_share "$tmp/rnn_2x1")"
+    # Buckets of 0.5 MB (5 for this model) instead of one: the first ones travel while
+    # backward computes the rest.
+    ours rnn_2x1_buckets_0.5mb "${MPIRUN[@]}" -x RAYON_NUM_THREADS=1 "$RNN" "${TRAIN[@]}" --distributed --bucket-mb 0.5
+    echo "comm_wait_share_2x1_buckets_0.5mb $(wait_share "$tmp/rnn_2x1_buckets_0.5mb")"
     ours rnn_2x1_bound mpirun -np 2 --oversubscribe -x RAYON_NUM_THREADS=1 "$RNN" "${TRAIN[@]}" --distributed
     # Whole-run wall times (data drawing and start-up included on both sides, so the
     # two runs overlap from start to end): one 1 x 1 run, then two at once.
@@ -55,7 +72,7 @@ measure() {
     echo "control_two_1x1_at_once_vs_one $(echo "2 * ($t1 - $t0) / ($t2 - $t1)" | bc -l)"
     for shape in "1 1" "1 2" "2 1"; do
         set -- $shape
-        echo "torch_${1}x${2} $("$python" bench/ddp_bench.py --ranks "$1" --threads "$2" --samples 9000 --epochs 3 | awk '/samples_per_sec/ {print $2}')"
+        echo "torch_${1}x${2} $("$python" bench/ddp_bench.py --ranks "$1" --threads "$2" --samples $((samples * 9 / 10)) --epochs 3 | awk '/samples_per_sec/ {print $2}')"
     done
     echo "rustc_processes_at_start $busy"
 }
@@ -72,7 +89,7 @@ out="bench/results/${day}-ddp-$(nproc)core-${slug}.md"
     echo
     machine_lines
     echo "- mpirun: $(mpirun --version | head -1)"
-    echo "- workload: MLP 784-512-256-10, 9,000 training samples, batch 128 per rank, Adam(1e-3),"
+    echo "- workload: MLP 784-512-256-10, $((samples * 9 / 10)) training samples, batch 128 per rank, Adam(1e-3),"
     echo "  3 epochs, the best epoch's samples/s (all ranks' samples over the epoch's time)"
     echo "- 2 x 1 (rnn): \`${MPIRUN[*]} -x RAYON_NUM_THREADS=1 rnn train --distributed\`;"
     echo "  2 x 1 bound: mpirun's default binding (one core per rank)"
@@ -87,6 +104,7 @@ for r in range(1, rounds + 1):
         name, value = line.split()
         runs.setdefault(name, []).append(float(value))
 busy = runs.pop("rustc_processes_at_start")
+waits = {k: runs.pop(k) for k in [k for k in runs if k.startswith("comm_wait_share_")]}
 control = runs.pop("control_two_1x1_at_once_vs_one")
 best = {k: max(v) for k, v in runs.items()}
 print("| run | best samples/s | vs 1x1 of the same library | each round |")
@@ -99,6 +117,9 @@ print()
 print(f"- rustc processes running at the start of each round: {', '.join(str(int(b)) for b in busy)}")
 print(f"- control: two independent rnn 1 x 1 runs at once do {max(control):.2f}x the work per second of one"
       f" (whole-run wall times; each round: {', '.join(f'{c:.2f}' for c in control)})")
+for name, shares in waits.items():
+    print(f"- {name.removeprefix('comm_wait_share_')}: rank 0 waited for averaged gradients"
+          f" {100 * min(shares):.1f}% of its best epoch (each round: {', '.join(f'{100 * w:.1f}%' for w in shares)})")
 print(f"- goal 2 x 1 >= 1.8x of 1 x 1: rnn {best['rnn_2x1'] / best['rnn_1x1']:.2f}x,"
       f" PyTorch DDP {best['torch_2x1'] / best['torch_1x1']:.2f}x")
 PY

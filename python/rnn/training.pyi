@@ -104,6 +104,7 @@ class History:
     epoch_times: List[float]
     samples_per_sec: List[float]
     learning_rates: List[float]
+    comm_wait_seconds: List[float]
     best_epoch: Optional[int]
     def epochs(self) -> int: ...
 

@@ -267,7 +267,7 @@ fn history_json(h: &rnn::History) -> CliResult<String> {
         "train_loss": h.train_loss, "val_loss": h.val_loss,
         "train_metrics": h.train_metrics, "val_metrics": h.val_metrics,
         "epoch_times": h.epoch_times, "samples_per_sec": h.samples_per_sec,
-        "learning_rates": h.learning_rates,
+        "learning_rates": h.learning_rates, "comm_wait_seconds": h.comm_wait_seconds,
     });
     Ok(serde_json::to_string_pretty(&value)?)
 }

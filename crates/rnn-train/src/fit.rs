@@ -304,6 +304,9 @@ impl<'a> Trainer<'a> {
             self.good = GoodWeights::take(&self.net.state(), Some(epoch + 1))?;
             self.run.epochs_done += 1;
             let train_seconds = started.elapsed().as_secs_f64();
+            if let Some(dp) = &self.dp {
+                self.history.comm_wait_seconds.push(dp.take_comm_wait());
+            }
             let val_eval = val.map(|(vx, vt)| self.validate(vx, vt)).transpose()?;
             let seconds = started.elapsed().as_secs_f64();
             let samples_per_sec = x.dims()[0] as f64 / train_seconds.max(1e-9);

@@ -163,8 +163,12 @@ fn f32_network_on_ranks_trains_as_one_rank_with_the_whole_batch() -> Result<()> 
         let (single, single_history) = train_network(None, samples, n * b, epochs)?;
         let ranks: Vec<_> =
             on_ranks(n, |g| train_network(Some(g), samples, b, epochs)).into_iter().collect::<Result<_>>()?;
+        assert!(single_history.comm_wait_seconds.is_empty(), "a single process waits for no one");
         for (rank, (weights, history)) in ranks.iter().enumerate() {
             assert_eq!(weights, &ranks[0].0, "rank {rank} ends with other weights than rank 0");
+            let waits = history.comm_wait_seconds.iter().zip(&history.epoch_times);
+            assert_eq!(waits.len(), epochs, "one communication wait per epoch");
+            assert!(waits.into_iter().all(|(w, t)| *w > 0.0 && w < t), "{history:?}");
             assert_eq!(history.train_loss, ranks[0].1.train_loss, "rank {rank} has another history");
         }
         let (a, b64): (Vec<f64>, Vec<f64>) =

@@ -224,6 +224,8 @@ pub struct PyHistory {
     pub epoch_times: Vec<f64>,
     pub samples_per_sec: Vec<f64>,
     pub learning_rates: Vec<f64>,
+    /// Data-parallel runs: seconds per epoch spent waiting for the averaged gradients.
+    pub comm_wait_seconds: Vec<f64>,
     pub best_epoch: Option<usize>,
 }
 
@@ -237,6 +239,7 @@ impl From<History> for PyHistory {
             epoch_times: h.epoch_times,
             samples_per_sec: h.samples_per_sec,
             learning_rates: h.learning_rates,
+            comm_wait_seconds: h.comm_wait_seconds,
             best_epoch: h.best_epoch,
         }
     }

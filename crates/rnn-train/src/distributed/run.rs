@@ -1,5 +1,8 @@
 //! What `Network::train` does differently on a rank of a data-parallel group.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
 use rnn_core::{GradStore, Result, Tensor};
 
 use super::{broadcast_from_main, check_same_on_all_ranks, check_same_structure, DataParallel, GradBuckets};
@@ -14,6 +17,9 @@ const OP: &str = "Network::train (data parallel)";
 pub(crate) struct ParallelRun {
     dp: DataParallel,
     buckets: GradBuckets,
+    /// Nanoseconds spent in [`Reduction::finish`](super::buckets::Reduction::finish) since the
+    /// last [`ParallelRun::take_comm_wait`]: the communication backward did not hide.
+    comm_wait_ns: AtomicU64,
 }
 
 impl ParallelRun {
@@ -42,7 +48,8 @@ impl ParallelRun {
         let state: Vec<Tensor> = net.state().into_iter().map(|(_, t)| t).collect();
         broadcast_from_main(group, &state)?;
         let params = net.named_parameters().into_iter().map(|(_, t)| t).collect();
-        Ok(ParallelRun { dp: dp.clone(), buckets: GradBuckets::new(group.clone(), params, dp.bucket_bytes)? })
+        let buckets = GradBuckets::new(group.clone(), params, dp.bucket_bytes)?;
+        Ok(ParallelRun { dp: dp.clone(), buckets, comm_wait_ns: AtomicU64::new(0) })
     }
 
     pub fn rank(&self) -> usize {
@@ -67,8 +74,16 @@ impl ParallelRun {
         let mut reduction = self.buckets.start(&[local]);
         let mut grads = GradStore::new();
         loss.backward_with_hook(&mut grads, &mut |param, grad| reduction.ready(param, grad))?;
+        let waiting = Instant::now();
         let (averaged, extras) = reduction.finish(grads)?;
+        self.comm_wait_ns.fetch_add(waiting.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok((averaged, extras.first().copied().unwrap_or(f64::NAN)))
+    }
+
+    /// Seconds this rank waited for averaged gradients after its backward passes since the
+    /// last call (then zero again).
+    pub fn take_comm_wait(&self) -> f64 {
+        self.comm_wait_ns.swap(0, Ordering::Relaxed) as f64 * 1e-9
     }
 
     /// The rows `start..start + len` of `n` that this rank evaluates (contiguous slices whose

@@ -15,8 +15,9 @@ pub struct History {
     /// Training samples per second per epoch.
     pub samples_per_sec: Vec<f64>,
     /// Data-parallel training only (empty otherwise): seconds per epoch this rank spent after
-    /// its backward passes waiting for the averaged gradients, i.e. the communication that
-    /// backward did not hide. Compare with `epoch_times` to see what the averaging costs.
+    /// its backward passes waiting for the averaged gradients: the communication that
+    /// backward did not hide, plus the time the slowest rank took to catch up. Compare with
+    /// `epoch_times` to see what the averaging costs.
     pub comm_wait_seconds: Vec<f64>,
     /// Learning rate used in each epoch.
     pub learning_rates: Vec<f64>,

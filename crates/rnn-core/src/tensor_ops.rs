@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use crate::autocast::{self, autocast_op, AutocastOp};
 use crate::backprop::Op;
-use crate::fused::linear::Linear;
 use crate::fused::softmax::Softmax;
 use crate::op_table::{BinaryOp, CmpOp, Epilogue, ReduceOp, UnaryOp};
 use crate::{DType, Dim, Dims, Error, Layout, Result, Shape, Tensor};
@@ -329,10 +328,11 @@ impl Tensor {
     /// `act(self @ weightᵀ + bias)`, a Linear layer's forward as one op: `self` is `[m, k]`,
     /// `weight` `[n, k]` (PyTorch's `[out, in]`) and `bias` `[n]`; the result is `[m, n]`.
     /// On CUDA the bias and activation run inside the cuBLASLt product (epilogues);
-    /// elsewhere it is a matmul, an add and the activation. Differentiable in all three.
+    /// elsewhere it is a matmul, an add and the activation. Differentiable in all three
+    /// (with GELU under autograd: the product, then the fused `bias_gelu`, see
+    /// `fused::linear::linear`).
     pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>, act: Epilogue) -> Result<Tensor> {
-        let inputs: Vec<&Tensor> = [self, weight].into_iter().chain(bias).collect();
-        Tensor::fused(Arc::new(Linear { act }), &inputs)
+        crate::fused::linear::linear(self, weight, bias, act)
     }
 
     // ---- index ops ----

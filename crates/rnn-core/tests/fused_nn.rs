@@ -5,7 +5,7 @@
 //! PyTorch's values (`tests/golden/fused_nn.json`, from `tests/golden/make_fused_nn.py`).
 
 use rnn_core::op_table::{CmpOp, UnaryOp};
-use rnn_core::{DType, Device, Error, Result, Tensor};
+use rnn_core::{DType, Device, Epilogue, Error, Result, Tensor};
 use rnn_testutil::golden;
 use rnn_testutil::{
     check_gradients, diff_summary, floats, like, max_rel_err, rand64, test_device, tol_on, tolerance, values,
@@ -254,8 +254,36 @@ fn parallel_rows_match_serial_rows() -> Result<()> {
     let all = values(&x.layer_norm(Some(&w), None, 1e-5)?);
     let row = values(&x.narrow(0, 4000, 1)?.layer_norm(Some(&w), None, 1e-5)?);
     assert_eq!(&all[4000 * 96..4001 * 96], &row[..]);
+    // bias + GELU, forward and backward (the gradient of x is the backward kernel's output).
+    let x = x.requires_grad();
+    let (all, all_dx) = bias_gelu_and_grad(&x, &w)?;
+    let (row, row_dx) = bias_gelu_and_grad(&x.narrow(0, 4000, 1)?.detach().requires_grad(), &w)?;
+    assert_eq!(&all[4000 * 96..4001 * 96], &row[..]);
+    assert_eq!(&all_dx[4000 * 96..4001 * 96], &row_dx[..]);
     Ok(())
 }
+
+/// `bias_gelu(x, b)` (tanh) and the gradient of `sum(y * y)` with respect to `x`.
+fn bias_gelu_and_grad(x: &Tensor, b: &Tensor) -> Result<(Vec<f64>, Vec<f64>)> {
+    let y = x.bias_gelu(b, true)?;
+    let grads = y.sqr()?.sum_all()?.backward()?;
+    let dx = grads.get(x).ok_or_else(|| Error::Msg("no gradient of x".into()))?;
+    Ok((values(&y), values(dx)))
+}
+
+/// Under autograd a GELU Linear runs as the product and `bias_gelu` (which keeps the
+/// pre-activation for the backward); without, as one fused op: both give the same values.
+fn linear_gelu_same_with_and_without_grad(device: Device) -> Result<()> {
+    let on = |t: Tensor| t.to_dtype(DType::F32)?.to_device(device);
+    let x = on(rnn_testutil::uniform(11, &[5, 7], -2.0, 2.0)?)?;
+    let (w, b) = (on(rand64(12, &[6, 7])?)?, on(rand64(13, &[6])?)?);
+    let plain = values(&rnn_core::no_grad(|| x.linear(&w, Some(&b), Epilogue::Gelu))?);
+    let tracked = values(&x.requires_grad().linear(&w.requires_grad(), Some(&b), Epilogue::Gelu)?);
+    let err = max_rel_err(&tracked, &plain);
+    assert!(err < 1e-5, "linear gelu with and without autograd: {}", diff_summary(&tracked, &plain));
+    Ok(())
+}
+test_device!(linear_gelu_same_with_and_without_grad_test, linear_gelu_same_with_and_without_grad);
 
 // ---- PyTorch golden values (tests/golden/make_fused_nn.py) ----
 

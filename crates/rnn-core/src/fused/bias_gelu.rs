@@ -8,9 +8,10 @@
 
 use std::sync::Arc;
 
-use super::rows::{compute_slice, contiguous_arg, float_only, store, Compute};
+use super::rows::{compute_slice, contiguous_arg, float_only, par_fill_rows, store, Compute};
 use super::{FusedKernels, FusedOp};
-use crate::cpu::parallel::{par_fill, HEAVY};
+use crate::cpu::parallel::{output_vec, HEAVY};
+use crate::cpu::simd::zip_slice;
 use crate::cpu::CpuStorage;
 use crate::gpu::elementwise::template;
 use crate::gpu::plan::{Arg, Grid, KernelSource, Program};
@@ -42,6 +43,8 @@ impl BiasGelu {
 
 /// d/dz gelu(z): tanh form `0.5 (1 + t) + 0.5 z (1 - t²) c (1 + 3 a z²)` with
 /// `t = tanh(c (z + a z³))`; erf form `Phi(z) + z phi(z)` (as `grad_fns::unary_grad`).
+/// Inlined, like `gelu`, so that the row loops around them vectorize.
+#[inline(always)]
 fn gelu_grad<F: Compute>(erf: bool, z: F) -> F {
     let half = F::c(0.5);
     if erf {
@@ -53,6 +56,7 @@ fn gelu_grad<F: Compute>(erf: bool, z: F) -> F {
     half * (F::c(1.0) + t) + half * z * (F::c(1.0) - t * t) * c * (F::c(1.0) + F::c(3.0) * a * z * z)
 }
 
+#[inline(always)]
 fn gelu<F: Compute>(erf: bool, z: F) -> F {
     match erf {
         true => <unary::GeluErf as UnaryKernel>::f(z),
@@ -60,18 +64,33 @@ fn gelu<F: Compute>(erf: bool, z: F) -> F {
     }
 }
 
-/// `f(x[i] + b[i % n], g[i])` over every element, in the compute type.
-fn bias_map<F: Compute>(inputs: &[(&CpuStorage, &Layout)], f: impl Fn(F, F) -> F + Sync + Send) -> Result<Vec<CpuStorage>> {
+/// `gelu(x[r, j] + b[j])`, or with `GRAD` `g[r, j] gelu'(x[r, j] + b[j])`, over every
+/// element in the compute type: row by row, so that the bias is read as a slice and each
+/// row's loop is vectorized (`simd::zip_slice`), threads over blocks of whole rows. `ERF`
+/// and `GRAD` are constants so that the loop bodies hold no branch the vectorizer must keep.
+fn bias_map<F: Compute, const ERF: bool, const GRAD: bool>(inputs: &[(&CpuStorage, &Layout)]) -> Result<Vec<CpuStorage>> {
     let (xs, xl) = inputs[0];
     let n = xl.dims().last().copied().unwrap_or(1);
     let x = compute_slice::<F>(xs, xl)?;
     let b = compute_slice::<F>(inputs[1].0, inputs[1].1)?;
-    let g = inputs.get(2).map(|(s, l)| compute_slice::<F>(s, l)).transpose()?;
-    let mut out = crate::cpu::parallel::zeroed_vec::<F>(x.len())?;
-    par_fill(&mut out, HEAVY, |chunk, first| {
-        for (j, o) in chunk.iter_mut().enumerate() {
-            let i = first + j;
-            *o = f(x[i] + b[i % n], g.as_ref().map_or(F::c(1.0), |g| g[i]));
+    let g = if GRAD { Some(compute_slice::<F>(inputs[2].0, inputs[2].1)?) } else { None };
+    // Every element is written below.
+    let mut out = output_vec::<F>(x.len())?;
+    par_fill_rows(&mut out, n, HEAVY, |rows, first| {
+        let x = &x[first..first + rows.len()];
+        match &g {
+            None => rows.chunks_exact_mut(n).zip(x.chunks_exact(n)).for_each(|(o, x)| {
+                zip_slice(x, &b[..], o, &|x, b| gelu(ERF, x + b));
+            }),
+            Some(g) => {
+                // z = x + b for one row at a time, in a buffer that stays in cache.
+                let mut z = vec![F::c(0.0); n];
+                let g = &g[first..first + rows.len()];
+                for ((o, x), g) in rows.chunks_exact_mut(n).zip(x.chunks_exact(n)).zip(g.chunks_exact(n)) {
+                    zip_slice(x, &b[..], &mut z[..], &|x, b| x + b);
+                    zip_slice(&z[..], g, o, &|z, g| g * gelu_grad(ERF, z));
+                }
+            }
         }
     });
     Ok(vec![store(out, xs.dtype())?])
@@ -99,15 +118,15 @@ fn check(op: &'static str, inputs: &[&Tensor]) -> Result<()> {
     Ok(())
 }
 
-fn cpu_dispatch(
-    inputs: &[(&CpuStorage, &Layout)],
-    f32: impl Fn(f32, f32) -> f32 + Sync + Send,
-    f64: impl Fn(f64, f64) -> f64 + Sync + Send,
-) -> Result<Option<Vec<CpuStorage>>> {
-    match inputs[0].0.dtype() {
-        DType::F64 => bias_map::<f64>(inputs, f64).map(Some),
-        _ => bias_map::<f32>(inputs, f32).map(Some),
-    }
+/// The CPU kernel for the input dtype (halves computed in f32) and the GELU form.
+fn cpu_dispatch<const GRAD: bool>(erf: bool, inputs: &[(&CpuStorage, &Layout)]) -> Result<Option<Vec<CpuStorage>>> {
+    let out = match (inputs[0].0.dtype(), erf) {
+        (DType::F64, true) => bias_map::<f64, true, GRAD>(inputs),
+        (DType::F64, false) => bias_map::<f64, false, GRAD>(inputs),
+        (_, true) => bias_map::<f32, true, GRAD>(inputs),
+        (_, false) => bias_map::<f32, false, GRAD>(inputs),
+    };
+    out.map(Some)
 }
 
 impl FusedOp for BiasGelu {
@@ -121,8 +140,7 @@ impl FusedOp for BiasGelu {
     }
 
     fn cpu(&self, inputs: &[(&CpuStorage, &Layout)]) -> Result<Option<Vec<CpuStorage>>> {
-        let erf = self.erf;
-        cpu_dispatch(inputs, move |z, _| gelu(erf, z), move |z, _| gelu(erf, z))
+        cpu_dispatch::<false>(self.erf, inputs)
     }
 
     fn gpu(&self, target: &Target, inputs: &[(DType, &Layout, usize)]) -> Result<Option<Program>> {
@@ -155,8 +173,7 @@ impl FusedOp for BiasGeluBackward {
     }
 
     fn cpu(&self, inputs: &[(&CpuStorage, &Layout)]) -> Result<Option<Vec<CpuStorage>>> {
-        let erf = self.erf;
-        cpu_dispatch(inputs, move |z, g| g * gelu_grad(erf, z), move |z, g| g * gelu_grad(erf, z))
+        cpu_dispatch::<true>(self.erf, inputs)
     }
 
     fn gpu(&self, target: &Target, inputs: &[(DType, &Layout, usize)]) -> Result<Option<Program>> {

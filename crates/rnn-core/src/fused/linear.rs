@@ -7,6 +7,8 @@
 //! (`linear_cpu.rs`). Elsewhere (wgpu, half types on the CPU) it is a matmul, then an add
 //! and the activation, or `bias_gelu` for a GELU with a bias.
 
+use std::sync::Arc;
+
 use super::bias_gelu::bias_gelu_into;
 use super::{FusedKernels, FusedOp};
 use crate::autocast::AutocastOp;
@@ -18,6 +20,25 @@ use crate::gpu::plan::{Arg, KernelSource, Launch, Program};
 use crate::gpu::target::Target;
 use crate::op_table::{BinaryOp, Epilogue, UnaryOp};
 use crate::{DType, Error, Layout, Result, Shape, Tensor};
+
+/// `act(x @ wᵀ + b)` (`Tensor::linear`): one fused op, except for GELU when a gradient will
+/// be taken through it. GELU's backward needs the pre-activation `z = x wᵀ + b`, which the
+/// one-op forward does not keep: its backward would recompute the product and differentiate
+/// GELU through a dozen elementwise ops. So under autograd it is the product, then the fused
+/// `bias_gelu`, which keeps `z` as its input and has a one-pass backward.
+pub(crate) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, act: Epilogue) -> Result<Tensor> {
+    let inputs: Vec<&Tensor> = [x, w].into_iter().chain(b).collect();
+    let needs_grad = crate::backprop::grad_enabled() && inputs.iter().any(|t| t.tracks_grad());
+    if act != Epilogue::Gelu || !needs_grad {
+        return Tensor::fused(Arc::new(Linear { act }), &inputs);
+    }
+    let z = x.linear(w, None, Epilogue::None)?;
+    match b {
+        // Autocast may have narrowed the product: the bias follows it.
+        Some(b) => z.bias_gelu(&b.to_dtype(z.dtype())?, true),
+        None => z.unary(UnaryOp::Gelu),
+    }
+}
 
 /// `act(x @ wᵀ + b)` with `x` `[m, k]`, `w` `[n, k]` (PyTorch's `[out, in]`) and an
 /// optional bias `[n]`.

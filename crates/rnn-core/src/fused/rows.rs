@@ -63,6 +63,25 @@ pub(crate) fn map_row_chunks<A: Send, B: Send, R: Send>(
         .collect()
 }
 
+/// `par_fill` over chunks of whole rows of `width` elements: calls `f(rows, first)` with
+/// a chunk of `out` (a multiple of `width` long) and the position of its first element.
+pub(crate) fn par_fill_rows<T: Send>(
+    out: &mut [T],
+    width: usize,
+    work_per_item: usize,
+    f: impl Fn(&mut [T], usize) + Sync + Send,
+) {
+    let work = out.len().saturating_mul(work_per_item.max(1));
+    if work < PAR_WORK || width == 0 {
+        f(out, 0);
+        return;
+    }
+    let rows = out.len() / width;
+    let threads = rayon::current_num_threads().max(1);
+    let per_chunk = rows.div_ceil(threads * 4).max(PAR_WORK / 4 / work_per_item.max(1) / width).max(1);
+    out.par_chunks_mut(per_chunk * width).enumerate().for_each(|(i, c)| f(c, i * per_chunk * width));
+}
+
 /// The input `arg` (`dtype`, seen through `l`) as a contiguous buffer and the position of
 /// its first element: the input itself when its layout is contiguous, else a copy.
 pub(crate) fn contiguous_arg(p: &mut Program, arg: Arg, dtype: DType, l: &Layout) -> Result<(Arg, usize)> {

@@ -22,7 +22,7 @@
 //! weights silently. Only masks that forbid with -inf can do that: a large finite negative
 //! float mask gives a uniform row.
 
-use rnn_core::{scaled_dot_product_attention, AttentionMask, DType, Device, Error, Result, Tensor};
+use rnn_core::{scaled_dot_product_attention, AttentionMask, DType, Device, Epilogue, Error, Result, Tensor};
 
 use crate::{Init, Linear, Module, VarBuilder};
 
@@ -130,8 +130,6 @@ impl MultiHeadAttention {
         let (batch, len_q, len_k) = self.check_inputs(q, k, v)?;
         let mask = self.fused_mask(&masks, batch, len_q, len_k, q.dtype())?;
         let (queries, keys, values) = self.project_inputs(q, k, v)?;
-        let (queries, keys, values) =
-            (self.split_heads(&queries)?, self.split_heads(&keys)?, self.split_heads(&values)?);
         let attended = scaled_dot_product_attention(&queries, &keys, &values, &mask, None)?;
         // [B, H, L, d] -> [B, L, H * d]
         let merged = attended.transpose(1, 2)?.reshape((batch, len_q, self.embed_dim()))?;
@@ -197,25 +195,23 @@ impl MultiHeadAttention {
     }
 
     /// `x W_iᵀ + b_i` for the i-th third of the packed projection, over `[B, L, E]`.
-    fn project(&self, x: &Tensor, third: usize, count: usize) -> Result<Tensor> {
+    fn project(&self, x: &Tensor, third: usize) -> Result<Tensor> {
         let e = self.embed_dim();
         let (b, l) = (x.dims()[0], x.dims()[1]);
-        let weight = self.in_proj_weight.narrow(0, third * e, count * e)?;
-        let mut y = x.reshape((b * l, e))?.matmul(&weight.t()?)?;
-        if let Some(bias) = &self.in_proj_bias {
-            y = y.add(&bias.narrow(0, third * e, count * e)?)?;
-        }
-        y.reshape((b, l, count * e))
+        let weight = self.in_proj_weight.narrow(0, third * e, e)?;
+        let bias = self.in_proj_bias.as_ref().map(|bias| bias.narrow(0, third * e, e)).transpose()?;
+        // One op: the bias is written into the output and the product accumulated onto it.
+        let y = x.reshape((b * l, e))?.linear(&weight, bias.as_ref(), Epilogue::None)?;
+        y.reshape((b, l, e))
     }
 
-    /// Q, K, V `[B, *, E]`; one matmul for self-attention (q, k, v the same tensor).
+    /// Q, K, V split into heads, `[B, H, *, d]`: three products, also for self-attention.
+    /// One product with the packed weight would give Q, K and V as strided thirds of one
+    /// tensor, which cost a copy each to split into heads, and whose gradients the backward
+    /// pads to the packed size and adds (three full-size tensors).
     fn project_inputs(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
-        if q.id() == k.id() && k.id() == v.id() {
-            let e = self.embed_dim();
-            let packed = self.project(q, 0, 3)?;
-            return Ok((packed.narrow(2, 0, e)?, packed.narrow(2, e, e)?, packed.narrow(2, 2 * e, e)?));
-        }
-        Ok((self.project(q, 0, 1)?, self.project(k, 1, 1)?, self.project(v, 2, 1)?))
+        let heads = |x: &Tensor, third: usize| self.split_heads(&self.project(x, third)?);
+        Ok((heads(q, 0)?, heads(k, 1)?, heads(v, 2)?))
     }
 
     /// `[B, L, E]` -> `[B, H, L, d]`.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch twin of `rnn bench attention`: torch.nn.functional.scaled_dot_product_attention on
 the CPU, forward and forward + backward, B=4 H=8 D=64, N in 256/1024/4096, causal and not,
-f32; same timing (1 warm-up call, then >= 0.5 s and >= 3 calls, median), names and JSON.
+plus the attention of the GPT training step (B=32 H=4 N=64 D=32, causal), f32; same timing
+(1 warm-up call, then >= 0.5 s and >= 3 calls, median), names and JSON.
 
 Peak extra memory: torch's CPU allocator is not counted by Python, so the peak resident set
 is used: /proc/self/clear_refs resets VmHWM, one call runs, and VmHWM - VmRSS(before) is its
@@ -23,8 +24,8 @@ import torch.nn.functional as F
 from timing import time_call
 
 B, H, D = 4, 8, 64
-
-
+# The attention of the GPT training step (bench/gpt_twin.py): batch, heads, context, head dim.
+GPT = (32, 4, 64, 32)
 
 
 def status_kb(field):
@@ -94,14 +95,22 @@ def memory_child(args):
     print(json.dumps(peaks))
 
 
+def shapes(lengths):
+    """(batch, heads, n, d, causal masks, name prefix) of every shape."""
+    for n in lengths:
+        yield B, H, n, D, (False, True), f"n{n}"
+    b, h, n, d = GPT
+    yield b, h, n, d, (True,), f"gpt_b{b}h{h}n{n}d{d}"
+
+
 def workloads(lengths):
     """(name, flops, fn) of every workload."""
     torch.manual_seed(0)
-    for n in lengths:
-        q, k, v = (torch.randn(B, H, n, D) for _ in range(3))
-        for causal in (False, True):
-            tag = f"n{n}{'_causal' if causal else ''}"
-            flops = 4.0 * B * H * D * n * n / (2 if causal else 1)
+    for b, h, n, d, causals, prefix in shapes(lengths):
+        q, k, v = (torch.randn(b, h, n, d) for _ in range(3))
+        for causal in causals:
+            tag = f"{prefix}{'_causal' if causal else ''}"
+            flops = 4.0 * b * h * d * n * n / (2 if causal else 1)
 
             def forward():
                 with torch.no_grad():

@@ -32,7 +32,7 @@ mkdir -p bench/results
     echo "# CPU attention benchmark: rnn vs PyTorch scaled_dot_product_attention"
     echo
     machine_lines
-    echo "- threads: ${threads}; B=4, H=8, D=64, f32; fwdbwd = forward + backward of sum(o)"
+    echo "- threads: ${threads}; B=4, H=8, D=64, f32 (gpt rows: B=32, H=4, N=64, D=32, causal); fwdbwd = forward + backward of sum(o)"
     echo "- rounds: ${rounds}, run alternately; each workload's best round is shown"
     echo "- peak MB: extra memory of one call; rnn counts live heap bytes, torch's is the growth"
     echo "  of its peak resident set (MALLOC_MMAP_THRESHOLD_=65536, see attention_bench.py)"

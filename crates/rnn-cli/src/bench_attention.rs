@@ -1,7 +1,8 @@
 //! `rnn bench attention`: fused scaled dot-product attention on the CPU, forward and
 //! forward + backward, at the sizes of `bench/attention_bench.py` (B = 4, H = 8, D = 64,
-//! N in 256 / 1024 / 4096, causal and not, f32): time, GFLOP/s and the peak extra heap
-//! memory of one call, counted by this binary's allocator ([`CountingAlloc`]).
+//! N in 256 / 1024 / 4096, causal and not, and the GPT training step's B = 32, H = 4, N = 64,
+//! D = 32, causal; f32): time, GFLOP/s and the peak extra heap memory of one call, counted
+//! by this binary's allocator ([`CountingAlloc`]).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
@@ -52,8 +53,11 @@ unsafe impl GlobalAlloc for CountingAlloc {
     }
 }
 
-/// The peak of live heap bytes above those live before `f`, while `f` runs.
+/// The peak of live heap bytes above those live before `f`, while `f` runs. The host buffer
+/// cache is emptied first: buffers it kept from earlier calls would otherwise serve `f`
+/// without counting (as torch's figure counts its allocations, see attention_bench.py).
 fn peak_extra<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    rnn::cpu_empty_cache();
     let base = LIVE.load(Relaxed);
     PEAK.store(base, Relaxed);
     let out = f();
@@ -63,6 +67,8 @@ fn peak_extra<T>(f: impl FnOnce() -> T) -> (T, usize) {
 const BATCH: usize = 4;
 const HEADS: usize = 8;
 const D: usize = 64;
+/// The attention of the GPT training step (bench/gpt_twin.py): batch, heads, context, head dim.
+const GPT: [usize; 4] = [32, 4, 64, 32];
 const NAME_WIDTH: usize = 30;
 
 /// Sequence lengths and timing of one run.
@@ -82,9 +88,27 @@ impl AttentionSizes {
     pub const QUICK: AttentionSizes = AttentionSizes { lengths: &[64, 256], timing: TimingConfig::QUICK };
 }
 
+/// One benchmarked shape: `[B, H, N, D]`, its masks (causal or not) and its name part.
+struct Workload {
+    dims: [usize; 4],
+    causal: &'static [bool],
+    tag: String,
+}
+
+/// The workloads: B = 4, H = 8, D = 64 at each of `lengths`, then the GPT's.
+fn workloads(lengths: &[usize]) -> Vec<Workload> {
+    let mut all: Vec<Workload> = lengths
+        .iter()
+        .map(|&n| Workload { dims: [BATCH, HEADS, n, D], causal: &[false, true], tag: format!("n{n}") })
+        .collect();
+    let [b, h, n, d] = GPT;
+    all.push(Workload { dims: GPT, causal: &[true], tag: format!("gpt_b{b}h{h}n{n}d{d}") });
+    all
+}
+
 /// Multiply-adds x 2 of the forward (`q kᵀ` and `p v`), halved by a causal mask.
-fn forward_flops(n: usize, causal: bool) -> f64 {
-    let full = 4.0 * (BATCH * HEADS * D) as f64 * (n * n) as f64;
+fn forward_flops([b, h, n, d]: [usize; 4], causal: bool) -> f64 {
+    let full = 4.0 * (b * h * d) as f64 * (n * n) as f64;
     if causal {
         full / 2.0
     } else {
@@ -107,12 +131,12 @@ pub fn run(sizes: AttentionSizes, quick: bool, out: &mut dyn Write) -> CliResult
     writeln!(out, "{}", "-".repeat(NAME_WIDTH + 44))?;
     rnn::manual_seed(0);
     let mut records = Vec::new();
-    for &n in sizes.lengths {
-        let randn = || Tensor::randn(0.0, 1.0, (BATCH, HEADS, n, D), DType::F32, Device::Cpu);
+    for shape in workloads(sizes.lengths) {
+        let randn = || Tensor::randn(0.0, 1.0, &shape.dims[..], DType::F32, Device::Cpu);
         let (q, k, v) = (randn()?, randn()?, randn()?);
-        for causal in [false, true] {
+        for &causal in shape.causal {
             let mask = if causal { AttentionMask::causal() } else { AttentionMask::none() };
-            let tag = format!("n{n}{}", if causal { "_causal" } else { "" });
+            let tag = format!("{}{}", shape.tag, if causal { "_causal" } else { "" });
             let forward = || -> rnn::Result<()> {
                 let _no_grad = NoGradGuard::new();
                 scaled_dot_product_attention(&q, &k, &v, &mask, None).map(drop)
@@ -122,7 +146,7 @@ pub fn run(sizes: AttentionSizes, quick: bool, out: &mut dyn Write) -> CliResult
                 let (q, k, v) = (q.requires_grad(), k.requires_grad(), v.requires_grad());
                 scaled_dot_product_attention(&q, &k, &v, &mask, None)?.sum_all()?.backward().map(drop)
             };
-            let flops = forward_flops(n, causal);
+            let flops = forward_flops(shape.dims, causal);
             let mut one = |name: String, flops: f64, f: &dyn Fn() -> rnn::Result<()>| -> CliResult<()> {
                 let m = time_call(sizes.timing, f)?;
                 let (r, peak) = peak_extra(f);

@@ -86,7 +86,9 @@ impl Case {
 }
 
 /// The cases: sizes straddle the CPU kernels' 64-row tiles and the 32-row tiles of other
-/// kernels (1, 17, 33, 65, 70, 90, 150).
+/// kernels (1, 17, 33, 65, 70, 90, 150). On the CPU, f32 products whose result has whole
+/// 16-column blocks (D, Dv in 16, 32, 48, 64, 128) run on the AVX2 micro-kernel where the CPU
+/// has it, the others (D = 5, 8, 24, 40) and every f64 product on the `gemm` crate.
 fn cases() -> Vec<Case> {
     use View::*;
     vec![
@@ -106,6 +108,10 @@ fn cases() -> Vec<Case> {
         case("bias_broadcast_grad", [2, 3, 18, 35, 64, 32]).bias(&[3, 1, 35], true).causal(),
         case("bias_no_grad_scale", [1, 2, 20, 20, 24, 24]).bias(&[1, 1, 20, 20], false).scale(0.5),
         case("bias_neg_inf_padding", [2, 1, 16, 19, 8, 8]).bias(&[2, 1, 16, 19], true).lengths(&[19, 5]),
+        // Eight heads: the CPU forward runs four query blocks per task (one transposed key
+        // tile for all); 150 rows end in a 22-row block, 77 keys in a 13-key tile.
+        case("grouped_blocks_causal_padding", [4, 2, 150, 77, 32, 16]).causal().lengths(&[77, 50, 3, 0]),
+        case("grouped_blocks_bias", [2, 4, 131, 131, 48, 32]).bias(&[4, 131, 131], true),
     ]
     .into_iter()
     .map(|c| {

@@ -14,6 +14,7 @@ use std::ops::Range;
 use gemm::{gemm, Parallelism};
 use half::{bf16, f16};
 
+use super::cpu_kernel::{self, Strided};
 use super::{Attention, AttentionBackward, Dims};
 use crate::cpu::unary::contiguous_slice;
 use crate::cpu::CpuStorage;
@@ -63,32 +64,69 @@ impl<C: Compute> Problem<'_, C> {
         }
     }
 
-    /// `s = q[rows] k[cols]ᵀ · scale + bias`, with `-inf` where causality hides a key:
-    /// `rows.len() x cols.len()`, row-major. (Padded keys are never in `cols`.)
-    pub fn scores(&self, bh: usize, rows: &Range<usize>, cols: &Range<usize>, s: &mut [C]) {
-        let Dims { heads, nq, nk, d, .. } = self.dims;
-        let (br, bc) = (rows.len(), cols.len());
-        let q = &self.q[(bh * nq + rows.start) * d..][..br * d];
-        let k = &self.k[(bh * nk + cols.start) * d..][..bc * d];
-        let s = &mut s[..br * bc];
-        tile_product((br, bc, d), s, false, Mat::rows(q, d), Mat::cols(k, d), self.scale);
+    /// Adds the bias to the score tile `s` of rows `rows` and keys `cols` (row stride
+    /// `ld`), and sets `-inf` where causality hides a key. (Padded keys are never in `cols`.)
+    pub fn mask_tile(&self, bh: usize, rows: &Range<usize>, cols: &Range<usize>, s: &mut [C], ld: usize) {
+        let heads = self.dims.heads;
+        let bc = cols.len();
         if let Some(bias) = &self.bias {
             let [sb, sh, si, sj] = bias.strides;
             let base = bias.offset + (bh / heads) * sb + (bh % heads) * sh;
-            for (r, row) in s.chunks_exact_mut(bc).enumerate() {
+            for (r, row) in s.chunks_mut(ld).take(rows.len()).enumerate() {
                 let at = base + (rows.start + r) * si + cols.start * sj;
-                for (c, x) in row.iter_mut().enumerate() {
+                for (c, x) in row[..bc].iter_mut().enumerate() {
                     *x = *x + bias.data[at + c * sj];
                 }
             }
         }
         if self.causal && cols.end > rows.start + 1 {
-            for (r, row) in s.chunks_exact_mut(bc).enumerate() {
+            for (r, row) in s.chunks_mut(ld).take(rows.len()).enumerate() {
                 // Keys j > i are hidden: columns from i + 1 - cols.start on.
                 let first_hidden = (rows.start + r + 1).saturating_sub(cols.start).min(bc);
-                row[first_hidden..].fill(C::neg_infinity());
+                row[first_hidden..bc].fill(C::neg_infinity());
             }
         }
+    }
+
+    /// The rows `rows` of q of head `bh`, row-major.
+    pub fn q_rows(&self, bh: usize, rows: &Range<usize>) -> &[C] {
+        let Dims { nq, d, .. } = self.dims;
+        &self.q[(bh * nq + rows.start) * d..][..rows.len() * d]
+    }
+
+    /// The rows `keys` of k and of v of head `bh`, row-major.
+    pub fn kv_rows(&self, bh: usize, keys: &Range<usize>) -> (&[C], &[C]) {
+        let Dims { nk, d, dv, .. } = self.dims;
+        let k = &self.k[(bh * nk + keys.start) * d..][..keys.len() * d];
+        let v = &self.v[(bh * nk + keys.start) * dv..][..keys.len() * dv];
+        (k, v)
+    }
+
+    /// `s = q[rows] kᵀ · scale + bias` for the key tile `cols` whose transpose is `kt`
+    /// (row stride `ld`, see [`transpose_tile`]), masked; `s` has row stride `ld`.
+    pub fn scores(&self, bh: usize, rows: &Range<usize>, cols: &Range<usize>, kt: &[C], s: &mut [C], ld: usize) {
+        let d = self.dims.d;
+        let q = Mat::rows(self.q_rows(bh, rows), d);
+        tile_product((rows.len(), ld, d), (s, ld), false, q, Mat::rows(kt, ld), self.scale);
+        self.mask_tile(bh, rows, cols, s, ld);
+    }
+}
+
+/// The width `bc` keys take in a transposed tile: a whole number of the f32 kernel's
+/// column blocks, so that it runs on every tile.
+pub(super) fn padded(bc: usize) -> usize {
+    bc.next_multiple_of(super::cpu_kernel::NR)
+}
+
+/// `dst` (`width x ld`, row-major) = the transpose of `src` (`rows x width`, row-major),
+/// zero in the columns from `rows` to `ld`.
+pub(super) fn transpose_tile<C: Compute>(src: &[C], width: usize, dst: &mut [C], ld: usize) {
+    let rows = if width == 0 { 0 } else { src.len() / width };
+    for (x, out) in dst.chunks_exact_mut(ld).take(width).enumerate() {
+        for (j, o) in out[..rows].iter_mut().enumerate() {
+            *o = src[j * width + x];
+        }
+        out[rows..].fill(C::zero());
     }
 }
 
@@ -119,10 +157,12 @@ impl<'a, C> Mat<'a, C> {
 }
 
 /// `dst = alpha · a b`, or `dst += alpha · a b` when `accumulate`: `dst` is `m x n`
-/// row-major (row stride `n`), `a` is `m x k`, `b` `k x n`.
+/// row-major with row stride `ldc`, `a` is `m x k`, `b` `k x n`. f32 products whose `b`
+/// has contiguous rows of whole 16-column blocks run on `cpu_kernel` where the CPU has
+/// AVX2 and FMA; the others on the `gemm` crate.
 pub(super) fn tile_product<C: Compute>(
     (m, n, k): (usize, usize, usize),
-    dst: &mut [C],
+    (dst, ldc): (&mut [C], usize),
     accumulate: bool,
     a: Mat<C>,
     b: Mat<C>,
@@ -131,18 +171,26 @@ pub(super) fn tile_product<C: Compute>(
     if m == 0 || n == 0 {
         return;
     }
-    assert!(dst.len() >= m * n, "tile product destination too small");
+    assert!((m - 1) * ldc + n <= dst.len() && n <= ldc, "tile product destination too small");
     a.check(m, k);
     b.check(k, n);
+    if let (Some(dst), Some(a32), Some(b32)) = (as_f32_mut(dst), as_f32(a.data), as_f32(b.data)) {
+        if cpu_kernel::available() && b.cs == 1 && n % cpu_kernel::NR == 0 {
+            let a32 = Strided { data: a32, rs: a.rs, cs: a.cs };
+            let b32 = Strided { data: b32, rs: b.rs, cs: 1 };
+            let alpha = as_f32(std::slice::from_ref(&alpha)).map_or(f32::NAN, |x| x[0]);
+            return cpu_kernel::product((m, n, k), a32, b32, dst, ldc, (alpha, accumulate));
+        }
+    }
     if k == 0 {
         if !accumulate {
-            dst[..m * n].fill(C::zero());
+            dst.chunks_mut(ldc).take(m).for_each(|row| row[..n].fill(C::zero()));
         }
         return;
     }
     // SAFETY: `check` verified that every element `a` (m x k) and `b` (k x n) address lies in
-    // their slices, and `dst` holds m x n row-major elements; the slices do not overlap (one
-    // is borrowed mutably).
+    // their slices, and `dst` holds m rows of n elements at row stride ldc (asserted); the
+    // slices do not overlap (one is borrowed mutably).
     unsafe {
         gemm(
             m,
@@ -150,7 +198,7 @@ pub(super) fn tile_product<C: Compute>(
             k,
             dst.as_mut_ptr(),
             1,
-            n as isize,
+            ldc as isize,
             accumulate,
             a.data.as_ptr(),
             a.cs as isize,
@@ -168,9 +216,20 @@ pub(super) fn tile_product<C: Compute>(
     };
 }
 
-/// `dst += alpha · a b` (see [`tile_product`]).
+/// `dst += alpha · a b` (see [`tile_product`]), `dst` with row stride `n`.
 pub(super) fn tile_product_add<C: Compute>(mnk: (usize, usize, usize), dst: &mut [C], a: Mat<C>, b: Mat<C>, alpha: C) {
-    tile_product(mnk, dst, true, a, b, alpha)
+    tile_product(mnk, (dst, mnk.1), true, a, b, alpha)
+}
+
+/// The slice as f32 where `C` is f32.
+fn as_f32<C: 'static>(s: &[C]) -> Option<&[f32]> {
+    // SAFETY: C is f32 (checked), so the slice is a valid &[f32].
+    C::is_f32().then(|| unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) })
+}
+
+fn as_f32_mut<C: 'static>(s: &mut [C]) -> Option<&mut [f32]> {
+    // SAFETY: as in `as_f32`; the borrow is passed on.
+    C::is_f32().then(|| unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut f32, s.len()) })
 }
 
 /// Input `i` contiguous in the compute type: borrowed for f32 / f64, converted for halves.

@@ -16,7 +16,9 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::cpu::{compute_slice, problem, tile_product, tile_product_add, Compute, Mat, Problem, BC, BR};
+use super::cpu::{
+    compute_slice, padded, problem, tile_product, tile_product_add, transpose_tile, Compute, Mat, Problem, BC, BR,
+};
 use super::{AttentionBackward, Dims};
 use crate::cpu::parallel::zeroed_vec;
 use crate::cpu::simd::{map_slice, zip_slice};
@@ -56,16 +58,20 @@ impl<C: Copy> SharedRows<C> {
     }
 }
 
-/// Per-thread scratch: scores (then dS), probabilities, dP.
+/// Per-thread scratch: scores (then dS), probabilities, dP, and the key tile's `Kᵀ` and
+/// `Vᵀ` (the right operands of the score and dP products, transposed once per key tile).
 struct Scratch<C> {
     s: Vec<C>,
     p: Vec<C>,
     dp: Vec<C>,
+    kt: Vec<C>,
+    vt: Vec<C>,
 }
 
 impl<C: Compute> Scratch<C> {
-    fn new() -> Self {
-        Scratch { s: vec![C::zero(); BR * BC], p: vec![C::zero(); BR * BC], dp: vec![C::zero(); BR * BC] }
+    fn new(dims: &Dims) -> Self {
+        let tile = || vec![C::zero(); BR * BC];
+        Scratch { s: tile(), p: tile(), dp: tile(), kt: vec![C::zero(); dims.d * BC], vt: vec![C::zero(); dims.dv * BC] }
     }
 }
 
@@ -102,11 +108,11 @@ pub(super) fn run<C: Compute>(op: &AttentionBackward, inputs: &[(&CpuStorage, &L
     let tasks = split_tasks(&p, groups, &mut dq, &mut dk, &mut dvs);
     let work = n_heads * nq * nk * (2 * d + 2 * dv);
     let private: Vec<(usize, Vec<C>)> = if work < PAR_FLOPS {
-        let mut scratch = Scratch::new();
+        let mut scratch = Scratch::new(&p.dims);
         tasks.into_iter().map(|t| key_group(&p, &saved, t, &mut scratch)).collect::<Result<Vec<_>>>()?
     } else {
         let run = |scratch: &mut Scratch<C>, t| key_group(&p, &saved, t, scratch);
-        tasks.into_par_iter().map_init(Scratch::new, run).collect::<Result<Vec<_>>>()?
+        tasks.into_par_iter().map_init(|| Scratch::new(&p.dims), run).collect::<Result<Vec<_>>>()?
     }
     .into_iter()
     .flatten()
@@ -207,20 +213,22 @@ fn key_tile<C: Compute>(
     (dq, dk, dv): (&mut [C], &mut [C], &mut [C]),
     scratch: &mut Scratch<C>,
 ) {
-    let Dims { nq, nk, d, dv: width_v, .. } = p.dims;
+    let Dims { nq, d, dv: width_v, .. } = p.dims;
     let bc = cols.len();
-    let k = &p.k[(bh * nk + cols.start) * d..][..bc * d];
-    let v = &p.v[(bh * nk + cols.start) * width_v..][..bc * width_v];
+    let ld = padded(bc);
+    let (k, v) = p.kv_rows(bh, cols);
+    let Scratch { s, p: probs, dp, kt, vt } = scratch;
+    transpose_tile(k, d, kt, ld);
+    transpose_tile(v, width_v, vt, ld);
     // Causal: rows before the tile's first key see none of it.
     let first_row = if p.causal { cols.start } else { 0 };
     for start in (first_row..nq).step_by(BR) {
         let rows = start..(start + BR).min(nq);
         let br = rows.len();
-        let Scratch { s, p: probs, dp } = scratch;
-        let (s, probs, dp) = (&mut s[..br * bc], &mut probs[..br * bc], &mut dp[..br * bc]);
-        p.scores(bh, &rows, cols, s);
+        p.scores(bh, &rows, cols, kt, s, ld);
         let row0 = bh * nq + rows.start;
-        for (r, (srow, prow)) in s.chunks_exact(bc).zip(probs.chunks_exact_mut(bc)).enumerate() {
+        for r in 0..br {
+            let (srow, prow) = (&s[r * ld..][..bc], &mut probs[r * ld..][..bc]);
             let lse = saved.lse[row0 + r];
             if lse == C::neg_infinity() {
                 prow.fill(C::zero()); // a fully masked row
@@ -229,21 +237,21 @@ fn key_tile<C: Compute>(
             }
         }
         let d_o = &saved.d_o[row0 * width_v..][..br * width_v];
-        tile_product_add((bc, width_v, br), dv, Mat::cols(probs, bc), Mat::rows(d_o, width_v), C::one());
-        tile_product((br, bc, width_v), dp, false, Mat::rows(d_o, width_v), Mat::cols(v, width_v), C::one());
+        tile_product_add((bc, width_v, br), dv, Mat::cols(probs, ld), Mat::rows(d_o, width_v), C::one());
+        tile_product((br, ld, width_v), (dp, ld), false, Mat::rows(d_o, width_v), Mat::rows(vt, ld), C::one());
         // dS = P ∘ (dP - delta), into the score tile.
-        for (r, ((srow, prow), dprow)) in
-            s.chunks_exact_mut(bc).zip(probs.chunks_exact(bc)).zip(dp.chunks_exact(bc)).enumerate()
-        {
+        for r in 0..br {
             let delta = saved.delta[row0 + r];
-            zip_slice(prow, dprow, srow, &|pv: C, dpv: C| pv * (dpv - delta));
+            let srow = &mut s[r * ld..][..bc];
+            zip_slice(&probs[r * ld..][..bc], &dp[r * ld..][..bc], srow, &|pv: C, dpv: C| pv * (dpv - delta));
             if let Some(dbias) = &saved.dbias {
                 // SAFETY: only the task owning key tile `cols` of head `bh` writes these columns.
-                unsafe { dbias.write((row0 + r) * nk + cols.start, srow) };
+                unsafe { dbias.write((row0 + r) * p.dims.nk + cols.start, srow) };
             }
         }
-        let q = &p.q[row0 * d..][..br * d];
-        tile_product_add((bc, d, br), dk, Mat::cols(s, bc), Mat::rows(q, d), p.scale);
-        tile_product_add((br, d, bc), &mut dq[rows.start * d..][..br * d], Mat::rows(s, bc), Mat::rows(k, d), p.scale);
+        let q = p.q_rows(bh, &rows);
+        tile_product_add((bc, d, br), dk, Mat::cols(s, ld), Mat::rows(q, d), p.scale);
+        let dq_rows = &mut dq[rows.start * d..][..br * d];
+        tile_product((br, d, bc), (dq_rows, d), true, Mat::rows(s, ld), Mat::rows(k, d), p.scale);
     }
 }

@@ -1,15 +1,17 @@
-//! The forward on the CPU. One task per (batch, head, block of `BR` query rows), spread over
-//! rayon's threads; each walks the key tiles its rows may see (causally hidden and padded
-//! tiles are skipped, not masked), with an online softmax: per row a running max `m` and
-//! sum `l`, the output rows accumulated in place and rescaled when `m` grows. At the end
-//! `o = acc / l` and the saved log-sum-exp is `m + ln l` (`-inf`, and a zero row, where
-//! every key is masked). Scratch per thread: two `BR x BC` tiles and two `BR` vectors.
+//! The forward on the CPU. One task per (batch, head, group of up to [`BLOCKS`] blocks of
+//! `BR` query rows), spread over rayon's threads. A task walks the key tiles its rows may see
+//! (causally hidden and padded tiles are skipped, not masked), transposes each once
+//! (`Kᵀ`, the score product's right operand) and runs every query block of the group over
+//! it, with an online softmax: per row a running max `m` and sum `l`, the output rows
+//! accumulated in place and rescaled when `m` grows. At the end `o = acc / l` and the saved
+//! log-sum-exp is `m + ln l` (`-inf`, and a zero row, where every key is masked). Scratch per
+//! thread: the transposed key tile, two `BR x BC` tiles and two vectors of the group's rows.
 
 use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::cpu::{tile_product_add, Compute, Mat, Problem, BC, BR};
+use super::cpu::{padded, tile_product_add, transpose_tile, Compute, Mat, Problem, BC, BR};
 use super::Dims;
 use crate::cpu::parallel::zeroed_vec;
 use crate::cpu::simd::{fold_lanes, map_slice};
@@ -18,8 +20,14 @@ use crate::Result;
 /// Multiply-adds below which the forward runs on the calling thread.
 const PAR_FLOPS: usize = 1 << 18;
 
-/// Per-thread scratch: the score tile, the probability tile, the running max and sum.
+/// Query blocks per task where there are enough tasks for the threads: each transposed key
+/// tile then serves four blocks.
+const BLOCKS: usize = 4;
+
+/// Per-thread scratch: the transposed key tile, the score and probability tiles, the
+/// running max and sum of the task's rows.
 struct Scratch<C> {
+    kt: Vec<C>,
     s: Vec<C>,
     p: Vec<C>,
     m: Vec<C>,
@@ -27,12 +35,13 @@ struct Scratch<C> {
 }
 
 impl<C: Compute> Scratch<C> {
-    fn new() -> Self {
+    fn new(d: usize) -> Self {
         Scratch {
+            kt: vec![C::zero(); d * BC],
             s: vec![C::zero(); BR * BC],
             p: vec![C::zero(); BR * BC],
-            m: vec![C::zero(); BR],
-            l: vec![C::zero(); BR],
+            m: vec![C::zero(); BR * BLOCKS],
+            l: vec![C::zero(); BR * BLOCKS],
         }
     }
 }
@@ -50,29 +59,33 @@ pub(super) fn run<C: Compute>(p: &Problem<C>) -> Result<(Vec<C>, Vec<C>)> {
     let Dims { batch, heads, nq, nk, d, dv } = p.dims;
     let mut o = zeroed_vec::<C>(batch * heads * nq * dv)?;
     let mut lse = zeroed_vec::<C>(batch * heads * nq)?;
-    let tasks = split_tasks(&mut o, &mut lse, batch * heads, nq, dv);
+    let blocks_per_head = nq.div_ceil(BR);
+    let grouped = batch * heads * blocks_per_head.div_ceil(BLOCKS) >= 4 * rayon::current_num_threads();
+    let task_rows = if grouped { BR * BLOCKS } else { BR };
+    let tasks = split_tasks(&mut o, &mut lse, batch * heads, (nq, task_rows), dv);
     let work = batch * heads * nq * nk * (d + dv);
     if work < PAR_FLOPS {
-        let mut scratch = Scratch::new();
-        tasks.into_iter().for_each(|t| block(p, t, &mut scratch));
+        let mut scratch = Scratch::new(d);
+        tasks.into_iter().for_each(|t| group(p, t, &mut scratch));
     } else {
-        tasks.into_par_iter().for_each_init(Scratch::new, |scratch, t| block(p, t, scratch));
+        tasks.into_par_iter().for_each_init(|| Scratch::new(d), |scratch, t| group(p, t, scratch));
     }
     Ok((o, lse))
 }
 
-/// The tasks over `heads` heads of `nq` rows each, with disjoint parts of `o` and `lse`.
+/// The tasks over `heads` heads of `nq` rows each, `task_rows` rows a task, with disjoint
+/// parts of `o` and `lse`.
 fn split_tasks<'a, C>(
     mut o: &'a mut [C],
     mut lse: &'a mut [C],
     heads: usize,
-    nq: usize,
+    (nq, task_rows): (usize, usize),
     dv: usize,
 ) -> Vec<Task<'a, C>> {
-    let mut tasks = Vec::with_capacity(heads * nq.div_ceil(BR));
+    let mut tasks = Vec::with_capacity(heads * nq.div_ceil(task_rows));
     for bh in 0..heads {
-        for start in (0..nq).step_by(BR) {
-            let rows = start..(start + BR).min(nq);
+        for start in (0..nq).step_by(task_rows) {
+            let rows = start..(start + task_rows).min(nq);
             let (o_part, o_rest) = std::mem::take(&mut o).split_at_mut(rows.len() * dv);
             let (l_part, l_rest) = std::mem::take(&mut lse).split_at_mut(rows.len());
             (o, lse) = (o_rest, l_rest);
@@ -83,39 +96,64 @@ fn split_tasks<'a, C>(
 }
 
 /// The output rows and log-sum-exp of one task.
-fn block<C: Compute>(p: &Problem<C>, t: Task<C>, scratch: &mut Scratch<C>) {
-    let Dims { heads, nk, dv, .. } = p.dims;
-    let Scratch { s, p: probs, m, l } = scratch;
-    let br = t.rows.len();
-    let (m, l) = (&mut m[..br], &mut l[..br]);
-    m.fill(C::neg_infinity());
-    l.fill(C::zero());
-    let key_end = p.key_end(t.bh / heads, &t.rows);
+fn group<C: Compute>(p: &Problem<C>, t: Task<C>, scratch: &mut Scratch<C>) {
+    let Dims { heads, d, dv, .. } = p.dims;
+    let rows = t.rows.len();
+    scratch.m[..rows].fill(C::neg_infinity());
+    scratch.l[..rows].fill(C::zero());
+    let b = t.bh / heads;
+    let key_end = p.key_end(b, &t.rows);
     for start in (0..key_end).step_by(BC) {
-        let cols = start..(start + BC).min(key_end);
-        let bc = cols.len();
-        p.scores(t.bh, &t.rows, &cols, s);
-        for r in 0..br {
-            let (srow, prow) = (&s[r * bc..][..bc], &mut probs[r * bc..][..bc]);
-            let alpha = online_softmax_row(srow, prow, &mut m[r], &mut l[r]);
-            if alpha != C::one() {
-                t.o[r * dv..][..dv].iter_mut().for_each(|x| *x = *x * alpha);
+        let keys = start..(start + BC).min(key_end);
+        let ld = padded(keys.len());
+        transpose_tile(p.kv_rows(t.bh, &keys).0, d, &mut scratch.kt, ld);
+        for first in (t.rows.start..t.rows.end).step_by(BR) {
+            let block = first..(first + BR).min(t.rows.end);
+            let cols = start..keys.end.min(p.key_end(b, &block));
+            if cols.is_empty() {
+                continue; // every key of this tile is hidden from the block
             }
+            let at = first - t.rows.start;
+            let o = &mut t.o[at * dv..][..block.len() * dv];
+            let stats = (&mut scratch.m[at..][..block.len()], &mut scratch.l[at..][..block.len()]);
+            let tiles = (&scratch.kt[..], &mut scratch.s[..], &mut scratch.p[..], ld);
+            key_tile(p, (t.bh, &block, &cols), tiles, o, stats);
         }
-        let v = &p.v[(t.bh * nk + cols.start) * dv..][..bc * dv];
-        tile_product_add((br, dv, bc), t.o, Mat::rows(&probs[..br * bc], bc), Mat::rows(v, dv), C::one());
     }
-    for r in 0..br {
-        let o = &mut t.o[r * dv..][..dv];
+    let (m, l) = (&scratch.m[..rows], &scratch.l[..rows]);
+    for r in 0..rows {
         if l[r] == C::zero() {
             // Every key masked: a zero row (o was never added to), -inf log-sum-exp.
             t.lse[r] = C::neg_infinity();
         } else {
             let inv = C::one() / l[r];
-            o.iter_mut().for_each(|x| *x = *x * inv);
+            t.o[r * dv..][..dv].iter_mut().for_each(|x| *x = *x * inv);
             t.lse[r] = m[r] + l[r].ln();
         }
     }
+}
+
+/// Folds the key tile `cols` (transposed in `kt`, row stride `ld`) into the output rows `o`
+/// and the running max and sum of query block `rows` of head `bh`.
+fn key_tile<C: Compute>(
+    p: &Problem<C>,
+    (bh, rows, cols): (usize, &Range<usize>, &Range<usize>),
+    (kt, s, probs, ld): (&[C], &mut [C], &mut [C], usize),
+    o: &mut [C],
+    (m, l): (&mut [C], &mut [C]),
+) {
+    let dv = p.dims.dv;
+    let (br, bc) = (rows.len(), cols.len());
+    p.scores(bh, rows, cols, kt, s, ld);
+    for r in 0..br {
+        let (srow, prow) = (&s[r * ld..][..bc], &mut probs[r * bc..][..bc]);
+        let alpha = online_softmax_row(srow, prow, &mut m[r], &mut l[r]);
+        if alpha != C::one() {
+            o[r * dv..][..dv].iter_mut().for_each(|x| *x = *x * alpha);
+        }
+    }
+    let (_, v) = p.kv_rows(bh, cols);
+    tile_product_add((br, dv, bc), o, Mat::rows(&probs[..br * bc], bc), Mat::rows(v, dv), C::one());
 }
 
 /// Folds one row of scores into the running max `m` and sum `l`: writes

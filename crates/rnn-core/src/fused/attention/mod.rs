@@ -16,6 +16,7 @@ mod compose;
 pub(crate) mod cpu;
 mod cpu_backward;
 mod cpu_forward;
+mod cpu_kernel;
 pub(crate) mod gpu;
 
 use std::sync::Arc;

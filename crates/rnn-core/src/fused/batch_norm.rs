@@ -1,6 +1,7 @@
 //! Fused batch normalization with batch statistics (`Tensor::batch_norm`, PyTorch's
-//! `F.batch_norm(x, None, None, w, b, training=True, eps=eps)`, optionally followed by a
-//! ReLU): the statistics over every dim but the channels (dim 1).
+//! `F.batch_norm(x, None, None, w, b, training=True, eps=eps)`, optionally plus a residual
+//! and followed by a ReLU, as a ResNet block ends): the statistics over every dim but the
+//! channels (dim 1).
 //!
 //! On the CPU (any float dtype; half types compute in f32) the forward takes each
 //! channel's mean and biased variance in two passes over its planes, then writes the output
@@ -25,20 +26,22 @@ use crate::{DType, Error, Layout, Result, Shape, Tensor};
 const OP: &str = "batch_norm";
 
 /// Inputs: x `[N, C, ...]`, then the weight when `weight`, then the bias when `bias` (both
-/// `[C]`, x's dtype). Output: `relu?(xhat * weight + bias)`; saved: the batch mean and the
-/// biased batch variance, `[C]` each.
+/// `[C]`, x's dtype), then the residual when `residual` (x's shape and dtype). Output:
+/// `relu?(xhat * weight + bias + residual)`; saved: the batch mean and the biased batch
+/// variance, `[C]` each.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct BatchNorm {
     pub eps: f64,
     pub weight: bool,
     pub bias: bool,
+    pub residual: bool,
     pub relu: bool,
 }
 
 impl BatchNorm {
     /// Checks the inputs; gives the number of channels.
     fn check(&self, inputs: &[&Tensor]) -> Result<usize> {
-        let want = 1 + self.weight as usize + self.bias as usize;
+        let want = self.residual_index() + self.residual as usize;
         if inputs.len() != want {
             return Err(Error::Msg(format!("internal: {OP} takes {want} inputs, got {}", inputs.len())));
         }
@@ -49,15 +52,21 @@ impl BatchNorm {
             return Err(Error::invalid(OP, msg));
         }
         let c = x.dims()[1];
-        for p in &inputs[1..] {
+        for (i, p) in inputs.iter().enumerate().skip(1) {
             if p.dtype() != x.dtype() {
                 return Err(Error::DTypeMismatch { op: OP, lhs: x.dtype(), rhs: p.dtype() });
             }
-            if p.dims() != [c] {
+            let want: &[usize] = if i == self.residual_index() { x.dims() } else { &[c] };
+            if p.dims() != want {
                 return Err(Error::ShapeMismatch { op: OP, lhs: x.shape().clone(), rhs: p.shape().clone() });
             }
         }
         Ok(c)
+    }
+
+    /// The position of the residual among the inputs (after x and the parameters).
+    fn residual_index(&self) -> usize {
+        1 + self.weight as usize + self.bias as usize
     }
 
     fn planes(dims: &[usize]) -> Planes {
@@ -67,14 +76,16 @@ impl BatchNorm {
     fn cpu_in<F: Compute>(&self, inputs: &[(&CpuStorage, &Layout)]) -> Result<Vec<CpuStorage>> {
         let (xs, xl) = inputs[0];
         let x = compute_slice::<F>(xs, xl)?;
-        let mut params = inputs[1..].iter();
-        let mut next = || params.next().map(|(s, l)| compute_slice::<F>(s, l)).transpose();
-        let w = if self.weight { next()? } else { None };
-        let b = if self.bias { next()? } else { None };
+        let mut rest = inputs[1..].iter();
+        let mut next = |present: bool| match present {
+            true => rest.next().map(|(s, l)| compute_slice::<F>(s, l)).transpose(),
+            false => Ok(None),
+        };
+        let (w, b, r) = (next(self.weight)?, next(self.bias)?, next(self.residual)?);
         let p = Self::planes(xl.dims());
         let (mean, var) = kernels::statistics(&x, p);
         let affine = Affine { weight: w.as_deref(), bias: b.as_deref(), eps: self.eps, relu: self.relu };
-        let y = kernels::normalize(&x, p, (&mean, &var), &affine)?;
+        let y = kernels::normalize(&x, r.as_deref(), p, (&mean, &var), &affine)?;
         let stats = |v: Vec<f64>| store(v, stat_dtype(xs.dtype()));
         Ok(vec![store(y, xs.dtype())?, stats(mean)?, stats(var)?])
     }
@@ -126,6 +137,9 @@ impl BatchNorm {
         if self.bias {
             grads.push(sum_g.reshape(c)?.to_dtype(x.dtype())?);
         }
+        if self.residual {
+            grads.push(g.to_dtype(x.dtype())?);
+        }
         Ok(grads)
     }
 
@@ -133,7 +147,7 @@ impl BatchNorm {
     fn cpu_grads<F: Compute>(&self, inputs: &[Tensor], saved: &[Tensor], y: &Tensor, g: &Tensor) -> Result<Vec<Tensor>> {
         let x = &inputs[0];
         let mut tensors = vec![x, y, g];
-        tensors.extend(&inputs[1..]);
+        tensors.extend(&inputs[1..self.residual_index()]);
         let guards: Vec<_> = tensors.iter().map(|t| t.storage()).collect();
         let slices = guards
             .iter()
@@ -160,6 +174,13 @@ impl BatchNorm {
         }
         if self.bias {
             out.push(per_channel(grads.dbias)?);
+        }
+        if self.residual {
+            // The residual's gradient: g itself, or g through ReLU's mask.
+            out.push(match self.relu {
+                true => tensor(kernels::masked_grad(&slices[2], &slices[1], Self::planes(x.dims()))?, x.shape().clone())?,
+                false => g.clone(),
+            });
         }
         Ok(out)
     }
@@ -202,7 +223,10 @@ impl FusedOp for BatchNorm {
         let weight = inputs.get(1).filter(|_| self.weight);
         let mut y = centered.mul(&self.scale(weight, &var, &channel)?)?;
         if self.bias {
-            y = y.add(&inputs[inputs.len() - 1].to_dtype(st)?.reshape(channel)?)?;
+            y = y.add(&inputs[self.residual_index() - 1].to_dtype(st)?.reshape(channel)?)?;
+        }
+        if self.residual {
+            y = y.add(&inputs[self.residual_index()].to_dtype(st)?)?;
         }
         if self.relu {
             y = y.relu()?;
@@ -233,10 +257,11 @@ impl FusedKernels for BatchNorm {
 
 impl Tensor {
     /// Batch normalization with the batch's statistics (training mode), like PyTorch's
-    /// `F.batch_norm(x, None, None, weight, bias, training=True, eps=eps)` followed by a ReLU
-    /// when `relu`: per channel (dim 1 of a `[N, C, ...]` input),
-    /// `(x - mean) / sqrt(var + eps) * weight + bias` with the mean and biased variance over
-    /// every other dim. `weight` and `bias` are optional `[C]` tensors of x's dtype.
+    /// `F.batch_norm(x, None, None, weight, bias, training=True, eps=eps)`, plus `residual`
+    /// when given, followed by a ReLU when `relu`: per channel (dim 1 of a `[N, C, ...]`
+    /// input), `(x - mean) / sqrt(var + eps) * weight + bias` with the mean and biased
+    /// variance over every other dim. `weight` and `bias` are optional `[C]` tensors of x's
+    /// dtype; `residual` (a ResNet block's shortcut) has x's shape and dtype.
     ///
     /// Returns the output, then the batch mean and the biased batch variance (`[C]`, f32 or
     /// f64 for f64 inputs; not differentiable), from which a layer updates its running
@@ -245,14 +270,15 @@ impl Tensor {
         &self,
         weight: Option<&Tensor>,
         bias: Option<&Tensor>,
+        residual: Option<&Tensor>,
         eps: f64,
         relu: bool,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         if !(eps >= 0.0 && eps.is_finite()) {
             return Err(Error::invalid(OP, format!("eps must be finite and >= 0, got {eps}")));
         }
-        let op = BatchNorm { eps, weight: weight.is_some(), bias: bias.is_some(), relu };
-        let inputs: Vec<&Tensor> = [Some(self), weight, bias].into_iter().flatten().collect();
+        let op = BatchNorm { eps, weight: weight.is_some(), bias: bias.is_some(), residual: residual.is_some(), relu };
+        let inputs: Vec<&Tensor> = [Some(self), weight, bias, residual].into_iter().flatten().collect();
         let mut outs = Tensor::fused_outputs(Arc::new(op), &inputs)?.into_iter();
         match (outs.next(), outs.next(), outs.next()) {
             (Some(y), Some(mean), Some(var)) => Ok((y, mean, var)),

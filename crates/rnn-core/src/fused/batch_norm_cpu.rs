@@ -139,9 +139,10 @@ pub(super) fn statistics<F: Compute>(x: &[F], p: Planes) -> (Vec<f64>, Vec<f64>)
     .unzip()
 }
 
-/// `relu?((x - mean) * rstd * weight + bias)` per channel, from the statistics.
+/// `relu?((x - mean) * rstd * weight + bias + residual)` per channel, from the statistics.
 pub(super) fn normalize<F: Compute>(
     x: &[F],
+    residual: Option<&[F]>,
     p: Planes,
     (mean, var): (&[f64], &[f64]),
     a: &Affine<F>,
@@ -156,8 +157,11 @@ pub(super) fn normalize<F: Compute>(
     let relu = a.relu;
     p.fill_planes(&mut y, |i, ch, out| {
         let (m, s, b) = coef[ch];
-        let src = &x[i * p.plane..(i + 1) * p.plane];
-        out.iter_mut().zip(src).for_each(|(o, &v)| *o = (v - m) * s + b);
+        let range = i * p.plane..(i + 1) * p.plane;
+        out.iter_mut().zip(&x[range.clone()]).for_each(|(o, &v)| *o = (v - m) * s + b);
+        if let Some(r) = residual {
+            out.iter_mut().zip(&r[range]).for_each(|(o, &r)| *o = *o + r);
+        }
         if relu {
             // As ReLU: x <= 0 gives 0, NaN stays NaN.
             out.iter_mut().for_each(|o| *o = if *o <= F::c(0.0) { F::c(0.0) } else { *o });
@@ -175,6 +179,24 @@ pub(super) struct Grads<F> {
     pub dbias: Vec<f64>,
 }
 
+/// ReLU's gradient when `relu`: `g` where the output `y` is > 0, else 0; `g` otherwise.
+fn mask<F: Compute>(relu: bool) -> impl Fn(F, F) -> F + Copy + Send + Sync {
+    move |g: F, y: F| if relu && (y <= F::c(0.0) || num_traits::Float::is_nan(y)) { F::c(0.0) } else { g }
+}
+
+/// The gradient reaching the residual input: `g` through ReLU's mask (read from `y`).
+pub(super) fn masked_grad<F: Compute>(g: &[F], y: &[F], p: Planes) -> Result<Vec<F>> {
+    let mut out = output_vec::<F>(g.len())?;
+    let masked = mask(true);
+    p.fill_planes(&mut out, |i, _, out| {
+        let range = i * p.plane..(i + 1) * p.plane;
+        for ((o, &g), &y) in out.iter_mut().zip(&g[range.clone()]).zip(&y[range]) {
+            *o = masked(g, y);
+        }
+    });
+    Ok(out)
+}
+
 /// The inputs of the backward: `x`, the output `y` (read only with ReLU) and its gradient `g`.
 pub(super) struct BackwardInputs<'a, F> {
     pub x: &'a [F],
@@ -190,8 +212,7 @@ pub(super) fn backward<F: Compute>(
     (mean, var): (&[f64], &[f64]),
     a: &Affine<F>,
 ) -> Result<Grads<F>> {
-    let relu = a.relu;
-    let masked = move |g: F, y: F| if relu && (y <= F::c(0.0) || num_traits::Float::is_nan(y)) { F::c(0.0) } else { g };
+    let masked = mask(a.relu);
     let sums: Vec<(f64, f64)> = p.per_channel(3, |ch| {
         let m = F::c(mean[ch]);
         let planes = p.of_channel(t.g, ch).zip(p.of_channel(t.y, ch)).zip(p.of_channel(t.x, ch));

@@ -86,9 +86,10 @@ impl BatchNorm {
         self.running_mean.dims()[0]
     }
 
-    /// Normalizes `x` of rank in `ranks` with channels at dim 1, then applies a ReLU when
-    /// `relu` (fused into the normalization's pass in training mode).
-    fn forward(&self, x: &Tensor, ranks: &[usize], relu: bool) -> Result<Tensor> {
+    /// Normalizes `x` of rank in `ranks` with channels at dim 1, adds `residual` when given,
+    /// then applies a ReLU when `relu` (both fused into the normalization's pass in training
+    /// mode).
+    fn forward(&self, x: &Tensor, ranks: &[usize], residual: Option<&Tensor>, relu: bool) -> Result<Tensor> {
         // Batch statistics need f32: inside autocast a 16-bit input is cast up (as PyTorch).
         let x = &rnn_core::autocast::cast(rnn_core::AutocastOp::BatchNorm, x)?;
         if !ranks.contains(&x.rank()) {
@@ -101,7 +102,7 @@ impl BatchNorm {
             return Err(Error::invalid(self.layer, msg));
         }
         if self.training {
-            return self.train_forward(x, relu);
+            return self.train_forward(x, residual, relu);
         }
         // Eval: one per-channel scale and shift from the running statistics.
         let mut channel_shape = vec![1; x.rank()];
@@ -114,7 +115,10 @@ impl BatchNorm {
         if let Some(b) = &self.bias {
             shift = shift.add(b)?;
         }
-        let y = x.mul(&scale.reshape(channel_shape.clone())?)?.add(&shift.reshape(channel_shape)?)?;
+        let mut y = x.mul(&scale.reshape(channel_shape.clone())?)?.add(&shift.reshape(channel_shape)?)?;
+        if let Some(r) = residual {
+            y = y.add(r)?;
+        }
         if relu {
             y.relu()
         } else {
@@ -124,14 +128,15 @@ impl BatchNorm {
 
     /// The fused `Tensor::batch_norm` with the batch's statistics; updates the running
     /// statistics with the unbiased variance, as PyTorch does.
-    fn train_forward(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
+    fn train_forward(&self, x: &Tensor, residual: Option<&Tensor>, relu: bool) -> Result<Tensor> {
         let count = x.elem_count() / self.num_features();
         if count < 2 {
             let msg =
                 format!("expected more than 1 value per channel when training, got input of shape {:?}", x.shape());
             return Err(Error::invalid(self.layer, msg));
         }
-        let (y, mean, var) = x.batch_norm(self.weight.as_ref(), self.bias.as_ref(), self.config.eps, relu)?;
+        let (w, b) = (self.weight.as_ref(), self.bias.as_ref());
+        let (y, mean, var) = x.batch_norm(w, b, residual, self.config.eps, relu)?;
         let m = self.config.momentum;
         no_grad(|| -> Result<()> {
             let unbiased = var.mul_scalar(count as f64 / (count as f64 - 1.0))?;
@@ -212,13 +217,20 @@ macro_rules! batch_norm_layer {
             /// `relu(self.forward(xs))`; in training mode the ReLU is applied in the
             /// normalization's output pass and its gradient in the normalization's backward.
             pub fn forward_relu(&self, xs: &Tensor) -> Result<Tensor> {
-                self.0.forward(xs, $ranks, true)
+                self.0.forward(xs, $ranks, None, true)
+            }
+
+            /// `relu(self.forward(xs) + residual)`, the end of a ResNet block; in training
+            /// mode the add and the ReLU are part of the normalization's output pass, and
+            /// their gradients of its backward.
+            pub fn forward_add_relu(&self, xs: &Tensor, residual: &Tensor) -> Result<Tensor> {
+                self.0.forward(xs, $ranks, Some(residual), true)
             }
         }
 
         impl Module for $name {
             fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-                self.0.forward(xs, $ranks, false)
+                self.0.forward(xs, $ranks, None, false)
             }
 
             fn named_parameters(&self) -> Vec<(String, Tensor)> {

@@ -2,7 +2,8 @@
 # Build rnn, run the training benchmark for rnn and PyTorch, write
 # bench/results/<date>-train-<machine>.md. The sides run alternately ROUNDS times (default 2);
 # each workload's best run counts. Set QUICK=1 for a smoke run (small sizes), PYTHON to the
-# interpreter that has torch (default python3), RNN_BIN a prebuilt rnn binary (skips the build).
+# interpreter that has torch (default python3), RNN_BIN a prebuilt rnn binary (skips the build),
+# RESNET_ONLY=1 to run only the ResNet-8 workload on both sides.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,7 @@ day=$(date +%F)
 tmp=$(mktemp -d /tmp/rnn-bench-train.XXXXXX)
 rounds=${ROUNDS:-2}
 quick=${QUICK:+--quick}
+only=${RESNET_ONLY:+--resnet-only}
 
 rnn=${RNN_BIN:-${CARGO_TARGET_DIR:-target}/release/rnn}
 [ -n "${RNN_BIN:-}" ] || cargo build --release -p rnn-cli
@@ -18,8 +20,8 @@ python=${PYTHON:-python3}
 ours="" theirs=""
 for round in $(seq 1 "$rounds"); do
     echo "== round $round of $rounds"
-    "$rnn" bench train $quick --device cpu --json "$tmp/ours-$round.json"
-    "$python" bench/train_bench.py $quick --threads "$threads" --json "$tmp/torch-$round.json"
+    "$rnn" bench train $quick $only --device cpu --json "$tmp/ours-$round.json"
+    "$python" bench/train_bench.py $quick $only --threads "$threads" --json "$tmp/torch-$round.json"
     ours="${ours:+$ours,}$tmp/ours-$round.json"
     theirs="${theirs:+$theirs,}$tmp/torch-$round.json"
 done

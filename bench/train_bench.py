@@ -134,13 +134,15 @@ def main():
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--json", metavar="FILE", help="write records as a JSON list")
     p.add_argument("--quick", action="store_true", help="small sizes for a smoke test")
+    p.add_argument("--resnet-only", action="store_true", help="only the ResNet-8 workload")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     sizes = QUICK if args.quick else FULL
     print(f"torch {torch.__version__}, {args.threads} threads, batch {BATCH}, Adam, "
           f"best of {sizes['epochs']} epochs")
     print(f"{'workload':<28} {'samples':>10} {'epoch ms':>12} {'samples/s':>12}")
-    records = [bench(k, sizes[k], sizes["epochs"], args.threads) for k in ("mlp", "cnn")]
+    kinds = () if args.resnet_only else ("mlp", "cnn")
+    records = [bench(k, sizes[k], sizes["epochs"], args.threads) for k in kinds]
     records.append(bench_resnet(sizes["resnet"], sizes["epochs"], args.threads))
     if args.json:
         with open(args.json, "w") as f:

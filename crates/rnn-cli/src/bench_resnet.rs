@@ -32,6 +32,11 @@ impl ConvBn {
         self.bn.forward(&self.conv.forward(x)?)
     }
 
+    /// `relu(bn(conv(x)))`, the ReLU fused into the BatchNorm.
+    fn forward_relu(&self, x: &Tensor) -> Result<Tensor> {
+        self.bn.forward_relu(&self.conv.forward(x)?)
+    }
+
     fn parameters(&self) -> Vec<Tensor> {
         [self.conv.parameters(), self.bn.parameters()].concat()
     }
@@ -55,12 +60,13 @@ impl BasicBlock {
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = self.second.forward(&self.first.forward(x)?.relu()?)?;
+        let h = self.first.forward_relu(x)?;
         let shortcut = match &self.projection {
             Some(p) => p.forward(x)?,
             None => x.clone(),
         };
-        h.add(&shortcut)?.relu()
+        // relu(bn(conv(h)) + shortcut): the add and the ReLU fused into the BatchNorm.
+        self.second.bn.forward_add_relu(&self.second.conv.forward(&h)?, &shortcut)
     }
 
     fn parameters(&self) -> Vec<Tensor> {
@@ -85,7 +91,7 @@ impl ResNet8 {
 
     /// `[N, 3, H, W]` images to `[N, 10]` logits.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let mut h = self.stem.forward(x)?.relu()?;
+        let mut h = self.stem.forward_relu(x)?;
         for block in &self.blocks {
             h = block.forward(&h)?;
         }

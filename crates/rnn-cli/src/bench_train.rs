@@ -53,31 +53,46 @@ impl TrainSizes {
     };
 }
 
-pub fn run(sizes: TrainSizes, device: Device, out: &mut dyn Write) -> CliResult<Vec<Record>> {
+/// Writes the table's header; gives the thread count.
+fn header(sizes: TrainSizes, device: Device, out: &mut dyn Write) -> CliResult<usize> {
     let threads = rayon::current_num_threads();
     writeln!(out, "device {device}, {threads} threads, batch {BATCH_SIZE}, Adam, best of {} epochs", sizes.epochs)?;
     writeln!(out, "{:<28} {:>10} {:>12} {:>12}", "workload", "samples", "epoch ms", "samples/s")?;
+    Ok(threads)
+}
+
+/// Prints one workload's line and gives its record.
+fn epoch_record(out: &mut dyn Write, threads: usize, name: String, n: usize, seconds: f64) -> CliResult<Record> {
+    writeln!(out, "{name:<28} {n:>10} {:>12.1} {:>12.0}", seconds * 1e3, n as f64 / seconds)?;
+    Ok(Record { suite: "train", name, metric: "ms", value: seconds * 1e3, higher_is_better: false, threads })
+}
+
+pub fn run(sizes: TrainSizes, device: Device, out: &mut dyn Write) -> CliResult<Vec<Record>> {
+    let threads = header(sizes, device, out)?;
     let mut records = Vec::new();
     let (mlp_n, cnn_n) = (sizes.mlp_samples, sizes.cnn_samples);
     let workloads = [
         (ModelKind::Mlp, mlp_n, format!("train_mlp_784_512_256_10_n{mlp_n}")),
         (ModelKind::Cnn, cnn_n, format!("train_cnn_16_32_n{cnn_n}")),
     ];
-    let mut epoch_record = |name: String, n: usize, seconds: f64| -> CliResult<()> {
-        writeln!(out, "{name:<28} {n:>10} {:>12.1} {:>12.0}", seconds * 1e3, n as f64 / seconds)?;
-        let record =
-            Record { suite: "train", name, metric: "ms", value: seconds * 1e3, higher_is_better: false, threads };
-        records.push(record);
-        Ok(())
-    };
     for (kind, n, name) in workloads {
-        epoch_record(name, n, best_epoch_seconds(kind, n, sizes.epochs, device)?)?;
+        records.push(epoch_record(out, threads, name, n, best_epoch_seconds(kind, n, sizes.epochs, device)?)?);
     }
-    let n = sizes.resnet_samples;
-    let seconds = bench_resnet::best_epoch_seconds(n, BATCH_SIZE, sizes.epochs, device)?;
-    epoch_record(format!("train_resnet8_cifar_n{n}"), n, seconds)?;
+    records.push(resnet_record(sizes, device, threads, out)?);
     records.extend(adamw_records(sizes, device, out)?);
     Ok(records)
+}
+
+/// The ResNet-8 workload alone (`rnn bench train --resnet-only`).
+pub fn run_resnet(sizes: TrainSizes, device: Device, out: &mut dyn Write) -> CliResult<Vec<Record>> {
+    let threads = header(sizes, device, out)?;
+    Ok(vec![resnet_record(sizes, device, threads, out)?])
+}
+
+fn resnet_record(sizes: TrainSizes, device: Device, threads: usize, out: &mut dyn Write) -> CliResult<Record> {
+    let n = sizes.resnet_samples;
+    let seconds = bench_resnet::best_epoch_seconds(n, BATCH_SIZE, sizes.epochs, device)?;
+    epoch_record(out, threads, format!("train_resnet8_cifar_n{n}"), n, seconds)
 }
 
 /// The AdamW step's GB/s and its copy reference's, printed as one line.

@@ -102,6 +102,9 @@ struct TrainBenchArgs {
     /// `cpu`, `cuda:N` or `wgpu:N` (default: the best available).
     #[arg(long)]
     device: Option<String>,
+    /// Only the ResNet-8 workload (bench/train_bench.py --resnet-only is the twin).
+    #[arg(long)]
+    resnet_only: bool,
 }
 
 #[derive(Args)]
@@ -170,6 +173,9 @@ fn bench_train(args: &TrainBenchArgs) -> CliResult<()> {
         None => rnn::Device::best()?,
     };
     let sizes = if args.options.quick { bench_train::TrainSizes::QUICK } else { bench_train::TrainSizes::FULL };
+    if args.resnet_only {
+        return run_bench(&args.options, |out| bench_train::run_resnet(sizes, device, out));
+    }
     run_bench(&args.options, |out| bench_train::run(sizes, device, out))
 }
 

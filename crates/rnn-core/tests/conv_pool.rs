@@ -1,6 +1,7 @@
-//! The fused `conv2d`, `max_pool2d` and `avg_pool2d`: forward and gradients against the
+//! The fused `conv2d`, `max_pool2d`, `avg_pool2d` and `batch_norm`: forward and gradients
+//! against the
 //! composition of public ops they replace (`unfold2d`, matmul, bias add, ReLU; the window's
-//! first argmax gathered, the window mean), on fresh random inputs with odd sizes, strides,
+//! first argmax gathered, the window mean; per-channel mean, variance, normalize), on fresh random inputs with odd sizes, strides,
 //! padding, dilation and groups, in f32 and f64; finite-difference gradient checks (f64);
 //! NaN in max pooling; errors. The CPU runs the direct kernels, other devices the
 //! composition, both checked against the CPU reference.
@@ -267,5 +268,158 @@ fn half_dtypes_and_strided_inputs() -> Result<()> {
     let y = xt.conv2d(&w, None, &window, 1, Epilogue::None)?;
     close("strided conv", &y, &xt.contiguous()?.conv2d(&w, None, &window, 1, Epilogue::None)?, 1e-6)?;
     close("strided pool", &xt.avg_pool2d(&window)?, &xt.contiguous()?.avg_pool2d(&window)?, 1e-6)?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------- batch norm
+
+/// One batch norm case: input dims, with weight and bias, with a residual, with ReLU.
+#[derive(Clone, Copy)]
+struct BnCase<'a> {
+    dims: &'a [usize],
+    affine: bool,
+    residual: bool,
+    relu: bool,
+}
+
+/// Ranks 2 to 5, a batch of 1 with planes > 1, planes of 1, each option on and off.
+fn batch_norm_cases() -> Vec<BnCase<'static>> {
+    let case = |dims, affine, residual, relu| BnCase { dims, affine, residual, relu };
+    vec![
+        case(&[3, 4, 5, 6], true, false, false),
+        case(&[2, 3, 4, 5], true, true, true),
+        case(&[1, 2, 3, 3], false, false, true),
+        case(&[5, 3], true, true, false),
+        case(&[2, 3, 2, 3, 2], false, true, true),
+    ]
+}
+
+impl BnCase<'_> {
+    /// x (an offset mean per channel, so that centering matters), then the weight and bias
+    /// when affine, then the residual.
+    fn inputs(&self, dtype: DType, seed: u64, device: Device) -> Result<Vec<Tensor>> {
+        let c = self.dims[1];
+        let mut v = vec![random(self.dims, dtype, seed, device)?.mul_scalar(2.0)?.add_scalar(3.0)?];
+        if self.affine {
+            v.push(random(&[c], dtype, seed + 1, device)?.add_scalar(1.5)?);
+            v.push(random(&[c], dtype, seed + 2, device)?);
+        }
+        if self.residual {
+            v.push(random(self.dims, dtype, seed + 3, device)?);
+        }
+        Ok(v)
+    }
+
+    /// (weight, bias, residual) among `t` as `inputs` ordered them.
+    fn args<'t>(&self, t: &'t [Tensor]) -> (Option<&'t Tensor>, Option<&'t Tensor>, Option<&'t Tensor>) {
+        let (w, b) = if self.affine { (t.get(1), t.get(2)) } else { (None, None) };
+        (w, b, if self.residual { t.last() } else { None })
+    }
+
+    fn fused(&self, t: &[Tensor]) -> Result<Tensor> {
+        let (w, b, r) = self.args(t);
+        Ok(t[0].batch_norm(w, b, r, 1e-5, self.relu)?.0)
+    }
+
+    /// The composition of public ops the fused op replaces: y, batch mean, biased variance.
+    fn reference(&self, t: &[Tensor]) -> Result<Vec<Tensor>> {
+        let ((w, b, r), x) = (self.args(t), &t[0]);
+        let dims: Vec<usize> = (0..x.rank()).filter(|&d| d != 1).collect();
+        let mut channel = vec![1; x.rank()];
+        channel[1] = x.dims()[1];
+        let mean = x.mean_keepdim(dims.clone())?;
+        let centered = x.sub(&mean)?;
+        let var = centered.sqr()?.mean_keepdim(dims)?;
+        let mut y = centered.div(&var.add_scalar(1e-5)?.sqrt()?)?;
+        if let (Some(w), Some(b)) = (w, b) {
+            y = y.mul(&w.reshape(channel.clone())?)?.add(&b.reshape(channel)?)?;
+        }
+        if let Some(r) = r {
+            y = y.add(r)?;
+        }
+        if self.relu {
+            y = y.relu()?;
+        }
+        let c = x.dims()[1];
+        Ok(vec![y, mean.reshape(c)?, var.reshape(c)?])
+    }
+}
+
+fn batch_norm_matches_the_composition(device: Device) -> Result<()> {
+    let dtypes: &[DType] = if device.is_cpu() { &[DType::F32, DType::F64] } else { &[DType::F32] };
+    for (i, case) in batch_norm_cases().into_iter().enumerate() {
+        for &dtype in dtypes {
+            let inputs = case.inputs(dtype, 10 * i as u64, device)?;
+            let upstream = random(case.dims, dtype, 10 * i as u64 + 5, device)?;
+            let (y, g) = value_and_grads(&inputs, &upstream, |t| case.fused(t))?;
+            let (y_ref, g_ref) = value_and_grads(&inputs, &upstream, |t| Ok(case.reference(t)?.remove(0)))?;
+            let tol = if dtype == DType::F64 { 1e-11 } else { 2e-5 };
+            let what = format!("case {i} {dtype:?} on {device}");
+            close(&format!("{what}: y"), &y.to_device(CPU)?, &y_ref.to_device(CPU)?, tol)?;
+            for (k, (a, r)) in g.iter().zip(&g_ref).enumerate() {
+                close(&format!("{what}: grad {k}"), &a.to_device(CPU)?, &r.to_device(CPU)?, tol * 10.0)?;
+            }
+            // The saved statistics, as the layer reads them for its running averages.
+            let (w, b, r) = case.args(&inputs);
+            let (_, mean, var) = inputs[0].batch_norm(w, b, r, 1e-5, case.relu)?;
+            let stats = case.reference(&inputs)?;
+            close(&format!("{what}: mean"), &mean.to_device(CPU)?, &stats[1].to_device(CPU)?, tol)?;
+            close(&format!("{what}: var"), &var.to_device(CPU)?, &stats[2].to_device(CPU)?, tol)?;
+        }
+    }
+    Ok(())
+}
+test_device!(batch_norm_matches_the_composition_test, batch_norm_matches_the_composition);
+
+#[test]
+fn batch_norm_gradchecks() -> Result<()> {
+    for (i, case) in batch_norm_cases().into_iter().enumerate() {
+        let inputs = case.inputs(DType::F64, 50 + i as u64, CPU)?;
+        let worst = GradCheck::default().run(&inputs, |t| case.fused(t))?;
+        assert!(worst < 1e-6, "case {i}: {worst}");
+    }
+    Ok(())
+}
+
+/// A NaN or an infinity poisons its own channel's statistics only, as in PyTorch; half
+/// types compute in f32.
+#[test]
+fn batch_norm_nan_inf_and_half_dtypes() -> Result<()> {
+    let x = random(&[2, 3, 2, 2], DType::F32, 1, CPU)?;
+    let mut v = x.to_vec::<f32>()?;
+    v[0] = f32::NAN; // channel 0
+    v[4] = f32::INFINITY; // channel 1
+    let y = Tensor::from_vec(v, (2, 3, 2, 2), CPU)?.batch_norm(None, None, None, 1e-5, false)?.0;
+    let y = y.to_vec::<f32>()?;
+    for (i, y) in y.iter().enumerate() {
+        let channel = (i / 4) % 3;
+        assert_eq!(y.is_nan(), channel < 2, "element {i}: {y}");
+    }
+    let (y, _, _) = x.batch_norm(None, None, None, 1e-5, true)?;
+    for dtype in [DType::F16, DType::BF16] {
+        let (yh, mean, _) = x.to_dtype(dtype)?.batch_norm(None, None, None, 1e-5, true)?;
+        assert_eq!((yh.dtype(), mean.dtype()), (dtype, DType::F32));
+        close(&format!("{dtype:?} batch norm"), &yh, &y, 0.02)?;
+    }
+    // A strided (non-contiguous) input is read through its layout.
+    let xt = random(&[2, 3, 4, 5], DType::F64, 2, CPU)?.transpose(2, 3)?;
+    let (y, _, _) = xt.batch_norm(None, None, None, 1e-5, false)?;
+    close("strided", &y, &xt.contiguous()?.batch_norm(None, None, None, 1e-5, false)?.0, 1e-12)
+}
+
+#[test]
+fn batch_norm_bad_arguments_are_errors() -> Result<()> {
+    let x = Tensor::zeros((2, 3, 4), DType::F32, CPU)?;
+    let c3 = Tensor::ones(3, DType::F32, CPU)?;
+    assert!(x.batch_norm(Some(&Tensor::ones(4, DType::F32, CPU)?), None, None, 1e-5, false).is_err());
+    assert!(x.batch_norm(None, Some(&c3.to_dtype(DType::F64)?), None, 1e-5, false).is_err());
+    assert!(x.batch_norm(Some(&c3), None, None, -1.0, false).is_err());
+    assert!(x.batch_norm(Some(&c3), None, None, f64::NAN, false).is_err());
+    assert!(x.flatten_all()?.batch_norm(None, None, None, 1e-5, false).is_err());
+    assert!(x.to_dtype(DType::U32)?.batch_norm(None, None, None, 1e-5, false).is_err());
+    assert!(Tensor::zeros((0, 3), DType::F32, CPU)?.batch_norm(None, None, None, 1e-5, false).is_err());
+    // A residual of another shape or dtype.
+    assert!(x.batch_norm(None, None, Some(&c3), 1e-5, true).is_err());
+    assert!(x.batch_norm(None, None, Some(&x.to_dtype(DType::F64)?), 1e-5, true).is_err());
     Ok(())
 }

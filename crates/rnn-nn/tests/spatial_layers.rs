@@ -212,6 +212,38 @@ fn batch_norm_running_statistics_and_eval(device: Device) -> Result<()> {
 }
 test_device!(batch_norm_running_statistics_and_eval_test, batch_norm_running_statistics_and_eval);
 
+/// `forward_relu` and `forward_add_relu` (the epilogues fused into the normalization) give
+/// `relu(forward(x))` and `relu(forward(x) + r)`, with the same running statistics after, in
+/// training and in eval mode.
+fn batch_norm_fused_epilogues(device: Device) -> Result<()> {
+    let dtype = widest_float(device);
+    let tol = tol_on(device, tolerance(dtype).op);
+    let (x, r) = (random(31, &[2, 3, 4, 3], dtype, device)?, random(32, &[2, 3, 4, 3], dtype, device)?);
+    let near = |a: &Tensor, b: &Tensor| -> Result<()> {
+        let worst = values(a).iter().zip(values(b)).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(worst < tol * 4.0, "largest difference {worst}");
+        Ok(())
+    };
+    for training in [true, false] {
+        let layers: Vec<BatchNorm2d> = (0..3)
+            .map(|_| {
+                let mut bn = BatchNorm2d::new(3, &mut VarBuilder::new(device, dtype, 0))?;
+                bn.set_training(training);
+                Ok(bn)
+            })
+            .collect::<Result<_>>()?;
+        let y = layers[0].forward(&x)?;
+        near(&layers[1].forward_relu(&x)?, &y.relu()?)?;
+        near(&layers[2].forward_add_relu(&x, &r)?, &y.add(&r)?.relu()?)?;
+        for bn in &layers[1..] {
+            near(bn.running_mean(), layers[0].running_mean())?;
+            near(bn.running_var(), layers[0].running_var())?;
+        }
+    }
+    Ok(())
+}
+test_device!(batch_norm_fused_epilogues_test, batch_norm_fused_epilogues);
+
 fn layer_norm_without_affine_normalizes_last_dims(device: Device) -> Result<()> {
     let cfg = LayerNormConfig { elementwise_affine: false, ..LayerNormConfig::default() };
     let mut vb = VarBuilder::new(device, DType::F32, 0);

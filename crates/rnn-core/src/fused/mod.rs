@@ -89,9 +89,12 @@ fused_ops! {
     bias_gelu::BiasGelu,
     conv::Conv2d,
     pool::Pool2d,
+    batch_norm::BatchNorm,
 }
 
-// Kernels and helpers of the norms, cross entropy, bias + GELU and Linear's CPU forward.
+// Kernels and helpers of the norms, cross entropy, bias + GELU, Linear's CPU forward and
+// batch norm's CPU passes.
+mod batch_norm_cpu;
 mod linear_cpu;
 mod norm_gpu;
 mod rows;

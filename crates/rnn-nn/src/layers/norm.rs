@@ -1,5 +1,5 @@
-//! Normalization layers: BatchNorm1d / BatchNorm2d (per-channel statistics over the batch,
-//! running statistics for evaluation), LayerNorm and RmsNorm (statistics over the last dims,
+//! Normalization layers: BatchNorm1d / BatchNorm2d (per-channel statistics over the batch
+//! through the fused `Tensor::batch_norm`, running statistics for evaluation), LayerNorm and RmsNorm (statistics over the last dims,
 //! through the fused kernels of `Tensor::layer_norm` / `Tensor::rms_norm`).
 
 use rnn_core::{no_grad, Error, Result, Tensor};
@@ -86,8 +86,10 @@ impl BatchNorm {
         self.running_mean.dims()[0]
     }
 
-    /// Normalizes `x` of rank in `ranks` with channels at dim 1.
-    fn forward(&self, x: &Tensor, ranks: &[usize]) -> Result<Tensor> {
+    /// Normalizes `x` of rank in `ranks` with channels at dim 1, adds `residual` when given,
+    /// then applies a ReLU when `relu` (both fused into the normalization's pass in training
+    /// mode).
+    fn forward(&self, x: &Tensor, ranks: &[usize], residual: Option<&Tensor>, relu: bool) -> Result<Tensor> {
         // Batch statistics need f32: inside autocast a 16-bit input is cast up (as PyTorch).
         let x = &rnn_core::autocast::cast(rnn_core::AutocastOp::BatchNorm, x)?;
         if !ranks.contains(&x.rank()) {
@@ -99,47 +101,52 @@ impl BatchNorm {
             let msg = format!("expected {c} channels at dim 1, got input of shape {:?}", x.shape());
             return Err(Error::invalid(self.layer, msg));
         }
-        // Per-channel tensors broadcast as [1, C, 1, ..].
+        if self.training {
+            return self.train_forward(x, residual, relu);
+        }
+        // Eval: one per-channel scale and shift from the running statistics.
         let mut channel_shape = vec![1; x.rank()];
         channel_shape[1] = c;
-        let per_channel = |t: &Tensor| t.reshape(channel_shape.clone());
-        let (centered, var) = match self.training {
-            true => self.batch_statistics(x)?,
-            false => (x.sub(&per_channel(&self.running_mean)?)?, per_channel(&self.running_var)?),
-        };
-        let mut y = centered.div(&var.add_scalar(self.config.eps)?.sqrt()?)?;
+        let mut scale = self.running_var.add_scalar(self.config.eps)?.sqrt()?.recip()?;
         if let Some(w) = &self.weight {
-            y = y.mul(&per_channel(w)?)?;
+            scale = scale.mul(w)?;
         }
+        let mut shift = self.running_mean.mul(&scale)?.neg()?;
         if let Some(b) = &self.bias {
-            y = y.add(&per_channel(b)?)?;
+            shift = shift.add(b)?;
         }
-        Ok(y)
+        let mut y = x.mul(&scale.reshape(channel_shape.clone())?)?.add(&shift.reshape(channel_shape)?)?;
+        if let Some(r) = residual {
+            y = y.add(r)?;
+        }
+        if relu {
+            y.relu()
+        } else {
+            Ok(y)
+        }
     }
 
-    /// `x - mean` and the biased variance over all dims but the channels (kept as size 1),
-    /// for the normalization; updates the running statistics with the unbiased variance, as
-    /// PyTorch does.
-    fn batch_statistics(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
-        let dims: Vec<usize> = (0..x.rank()).filter(|&d| d != 1).collect();
-        let count: usize = dims.iter().map(|&d| x.dims()[d]).product();
+    /// The fused `Tensor::batch_norm` with the batch's statistics; updates the running
+    /// statistics with the unbiased variance, as PyTorch does.
+    fn train_forward(&self, x: &Tensor, residual: Option<&Tensor>, relu: bool) -> Result<Tensor> {
+        let count = x.elem_count() / self.num_features();
         if count < 2 {
             let msg =
                 format!("expected more than 1 value per channel when training, got input of shape {:?}", x.shape());
             return Err(Error::invalid(self.layer, msg));
         }
-        let mean = x.mean_keepdim(dims.clone())?;
-        let centered = x.sub(&mean)?;
-        let var = centered.sqr()?.mean_keepdim(dims)?;
+        let (w, b) = (self.weight.as_ref(), self.bias.as_ref());
+        let (y, mean, var) = x.batch_norm(w, b, residual, self.config.eps, relu)?;
         let m = self.config.momentum;
         no_grad(|| -> Result<()> {
-            let c = self.num_features();
-            let unbiased = var.reshape(c)?.mul_scalar(count as f64 / (count as f64 - 1.0))?;
-            let blend = |running: &Tensor, batch: &Tensor| running.mul_scalar(1.0 - m)?.add(&batch.mul_scalar(m)?);
-            self.running_mean.assign(&blend(&self.running_mean, &mean.reshape(c)?)?)?;
+            let unbiased = var.mul_scalar(count as f64 / (count as f64 - 1.0))?;
+            let blend = |running: &Tensor, batch: &Tensor| {
+                running.mul_scalar(1.0 - m)?.add(&batch.to_dtype(running.dtype())?.mul_scalar(m)?)
+            };
+            self.running_mean.assign(&blend(&self.running_mean, &mean)?)?;
             self.running_var.assign(&blend(&self.running_var, &unbiased)?)
         })?;
-        Ok((centered, var))
+        Ok(y)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
@@ -206,11 +213,24 @@ macro_rules! batch_norm_layer {
             pub fn running_var(&self) -> &Tensor {
                 &self.0.running_var
             }
+
+            /// `relu(self.forward(xs))`; in training mode the ReLU is applied in the
+            /// normalization's output pass and its gradient in the normalization's backward.
+            pub fn forward_relu(&self, xs: &Tensor) -> Result<Tensor> {
+                self.0.forward(xs, $ranks, None, true)
+            }
+
+            /// `relu(self.forward(xs) + residual)`, the end of a ResNet block; in training
+            /// mode the add and the ReLU are part of the normalization's output pass, and
+            /// their gradients of its backward.
+            pub fn forward_add_relu(&self, xs: &Tensor, residual: &Tensor) -> Result<Tensor> {
+                self.0.forward(xs, $ranks, Some(residual), true)
+            }
         }
 
         impl Module for $name {
             fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-                self.0.forward(xs, $ranks)
+                self.0.forward(xs, $ranks, None, false)
             }
 
             fn named_parameters(&self) -> Vec<(String, Tensor)> {

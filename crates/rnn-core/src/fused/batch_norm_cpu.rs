@@ -1,0 +1,248 @@
+//! CPU kernels of the fused batch normalization (`batch_norm.rs`). The input `[N, C, ...]`
+//! is seen as `N * C` contiguous planes; channel `c` owns planes `c, C + c, 2C + c, ...`.
+//!
+//! The per-channel sums (mean, centered squares; in the backward the sums of `g` and
+//! `g * (x - mean)`) run with one task per channel over that channel's planes, in lanes of
+//! the compute type over blocks of `BLOCK` elements added in f64, so an f32 sum over a whole
+//! batch keeps about f64's accuracy without converting every element. The elementwise
+//! passes (normalize, `dx`) then run over planes in parallel, each plane with its channel's
+//! coefficients.
+
+use rayon::prelude::*;
+
+use super::rows::Compute;
+use crate::cpu::parallel::{output_vec, PAR_WORK};
+use crate::cpu::simd::fold_lanes;
+use crate::Result;
+
+/// Elements folded in the compute type before their sum is added in f64.
+const BLOCK: usize = 4096;
+
+/// The input's view as planes: `n * c` planes of `plane` elements.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Planes {
+    pub n: usize,
+    pub c: usize,
+    pub plane: usize,
+}
+
+impl Planes {
+    /// The values each channel's statistics are taken over.
+    pub fn count(&self) -> usize {
+        self.n * self.plane
+    }
+
+    /// The planes of channel `ch` in `v`.
+    fn of_channel<'a, F>(&self, v: &'a [F], ch: usize) -> impl Iterator<Item = &'a [F]> {
+        let (c, plane) = (self.c, self.plane);
+        (0..self.n).map(move |i| &v[(i * c + ch) * plane..(i * c + ch + 1) * plane])
+    }
+
+    /// Whether a job of `passes` reads of the whole input is worth threads.
+    fn parallel(&self, passes: usize) -> bool {
+        self.n * self.c * self.plane * passes >= PAR_WORK
+    }
+
+    /// `f(ch)` for every channel, one task per channel when worth it.
+    fn per_channel<R: Send>(&self, passes: usize, f: impl Fn(usize) -> R + Sync + Send) -> Vec<R> {
+        if self.parallel(passes) {
+            (0..self.c).into_par_iter().map(f).collect()
+        } else {
+            (0..self.c).map(f).collect()
+        }
+    }
+
+    /// Fills `out` plane by plane: `f(plane_index, channel, out_plane)`, planes in parallel
+    /// when worth it.
+    fn fill_planes<F: Send>(&self, out: &mut [F], f: impl Fn(usize, usize, &mut [F]) + Sync + Send) {
+        let (c, plane) = (self.c, self.plane.max(1));
+        if self.parallel(2) {
+            // Enough planes per task to amortize the task (a few thousand elements).
+            let min_planes = (BLOCK / plane).max(1);
+            out.par_chunks_mut(plane).with_min_len(min_planes).enumerate().for_each(|(i, o)| f(i, i % c, o));
+        } else {
+            out.chunks_mut(plane).enumerate().for_each(|(i, o)| f(i, i % c, o));
+        }
+    }
+}
+
+/// `sum(g(x))` over the planes, in blocks (see the module doc).
+fn channel_sum<'a, F: Compute>(planes: impl Iterator<Item = &'a [F]>, g: impl Fn(F) -> F + Copy) -> f64 {
+    let add = |a: F, b: F| a + b;
+    let block = |b: &[F]| fold_lanes(b, F::c(0.0), g, add).to_f64();
+    planes.flat_map(|p| p.chunks(BLOCK)).map(block).sum()
+}
+
+/// Lanes of the pair sums of `channel_sums`.
+const LANES: usize = 16;
+
+/// The two sums of `h(a, b, c) = (u, v)` over the matching planes of three tensors, in one
+/// pass and in blocks (see the module doc).
+fn channel_sums<'a, F: Compute>(
+    planes: impl Iterator<Item = [&'a [F]; 3]>,
+    h: impl Fn(F, F, F) -> (F, F) + Copy,
+) -> (f64, f64) {
+    let wide = |v: F| v.to_f64();
+    let (mut total_u, mut total_v) = (0.0, 0.0);
+    for [a, b, c] in planes {
+        for ((a, b), c) in a.chunks(BLOCK).zip(b.chunks(BLOCK)).zip(c.chunks(BLOCK)) {
+            let (mut lu, mut lv) = ([F::c(0.0); LANES], [F::c(0.0); LANES]);
+            let (ca, cb, cc) = (a.chunks_exact(LANES), b.chunks_exact(LANES), c.chunks_exact(LANES));
+            let (mut tu, mut tv) = (F::c(0.0), F::c(0.0));
+            for ((&x, &y), &z) in ca.remainder().iter().zip(cb.remainder()).zip(cc.remainder()) {
+                let (u, v) = h(x, y, z);
+                (tu, tv) = (tu + u, tv + v);
+            }
+            for ((ra, rb), rc) in ca.zip(cb).zip(cc) {
+                let lanes = lu.iter_mut().zip(lv.iter_mut());
+                for ((su, sv), ((&x, &y), &z)) in lanes.zip(ra.iter().zip(rb).zip(rc)) {
+                    let (u, v) = h(x, y, z);
+                    (*su, *sv) = (*su + u, *sv + v);
+                }
+            }
+            total_u += wide(lu.iter().fold(tu, |s, &l| s + l));
+            total_v += wide(lv.iter().fold(tv, |s, &l| s + l));
+        }
+    }
+    (total_u, total_v)
+}
+
+/// Per-channel affine parameters and options of the normalization.
+pub(super) struct Affine<'a, F> {
+    pub weight: Option<&'a [F]>,
+    pub bias: Option<&'a [F]>,
+    pub eps: f64,
+    pub relu: bool,
+}
+
+impl<F: Compute> Affine<'_, F> {
+    fn weight(&self, ch: usize) -> f64 {
+        self.weight.map_or(1.0, |w| w[ch].to_f64())
+    }
+
+    fn bias(&self, ch: usize) -> f64 {
+        self.bias.map_or(0.0, |b| b[ch].to_f64())
+    }
+}
+
+/// The per-channel mean and biased variance of `x` (two passes: the mean, then the
+/// centered squares, which keeps the variance exact for channels with a large mean).
+pub(super) fn statistics<F: Compute>(x: &[F], p: Planes) -> (Vec<f64>, Vec<f64>) {
+    let count = p.count() as f64;
+    p.per_channel(2, |ch| {
+        let mean = channel_sum(p.of_channel(x, ch), |v| v) / count;
+        let m = F::c(mean);
+        let var = channel_sum(p.of_channel(x, ch), |v| (v - m) * (v - m)) / count;
+        (mean, var)
+    })
+    .into_iter()
+    .unzip()
+}
+
+/// `relu?((x - mean) * rstd * weight + bias + residual)` per channel, from the statistics.
+pub(super) fn normalize<F: Compute>(
+    x: &[F],
+    residual: Option<&[F]>,
+    p: Planes,
+    (mean, var): (&[f64], &[f64]),
+    a: &Affine<F>,
+) -> Result<Vec<F>> {
+    let mut y = output_vec::<F>(x.len())?;
+    let coef: Vec<(F, F, F)> = (0..p.c)
+        .map(|ch| {
+            let scale = a.weight(ch) / (var[ch] + a.eps).sqrt();
+            (F::c(mean[ch]), F::c(scale), F::c(a.bias(ch)))
+        })
+        .collect();
+    let relu = a.relu;
+    p.fill_planes(&mut y, |i, ch, out| {
+        let (m, s, b) = coef[ch];
+        let range = i * p.plane..(i + 1) * p.plane;
+        out.iter_mut().zip(&x[range.clone()]).for_each(|(o, &v)| *o = (v - m) * s + b);
+        if let Some(r) = residual {
+            out.iter_mut().zip(&r[range]).for_each(|(o, &r)| *o = *o + r);
+        }
+        if relu {
+            // As ReLU: x <= 0 gives 0, NaN stays NaN.
+            out.iter_mut().for_each(|o| *o = if *o <= F::c(0.0) { F::c(0.0) } else { *o });
+        }
+    });
+    Ok(y)
+}
+
+/// The gradients of the batch normalization: `dx`, and the per-channel `dweight`
+/// (`sum(g * xhat)`) and `dbias` (`sum(g)`). With `relu`, `g` is first zeroed where the
+/// output `y` is not > 0 (ReLU's gradient, read from the output).
+pub(super) struct Grads<F> {
+    pub dx: Vec<F>,
+    pub dweight: Vec<f64>,
+    pub dbias: Vec<f64>,
+}
+
+/// ReLU's gradient when `relu`: `g` where the output `y` is > 0, else 0; `g` otherwise.
+fn mask<F: Compute>(relu: bool) -> impl Fn(F, F) -> F + Copy + Send + Sync {
+    move |g: F, y: F| if relu && (y <= F::c(0.0) || num_traits::Float::is_nan(y)) { F::c(0.0) } else { g }
+}
+
+/// The gradient reaching the residual input: `g` through ReLU's mask (read from `y`).
+pub(super) fn masked_grad<F: Compute>(g: &[F], y: &[F], p: Planes) -> Result<Vec<F>> {
+    let mut out = output_vec::<F>(g.len())?;
+    let masked = mask(true);
+    p.fill_planes(&mut out, |i, _, out| {
+        let range = i * p.plane..(i + 1) * p.plane;
+        for ((o, &g), &y) in out.iter_mut().zip(&g[range.clone()]).zip(&y[range]) {
+            *o = masked(g, y);
+        }
+    });
+    Ok(out)
+}
+
+/// The inputs of the backward: `x`, the output `y` (read only with ReLU) and its gradient `g`.
+pub(super) struct BackwardInputs<'a, F> {
+    pub x: &'a [F],
+    pub y: &'a [F],
+    pub g: &'a [F],
+}
+
+/// `dx = w * rstd * (g - mean(g) - xhat * mean(g * xhat))` per channel, from two sums per
+/// channel and one elementwise pass.
+pub(super) fn backward<F: Compute>(
+    t: &BackwardInputs<F>,
+    p: Planes,
+    (mean, var): (&[f64], &[f64]),
+    a: &Affine<F>,
+) -> Result<Grads<F>> {
+    let masked = mask(a.relu);
+    let sums: Vec<(f64, f64)> = p.per_channel(3, |ch| {
+        let m = F::c(mean[ch]);
+        let planes = p.of_channel(t.g, ch).zip(p.of_channel(t.y, ch)).zip(p.of_channel(t.x, ch));
+        let planes = planes.map(|((g, y), x)| [g, y, x]);
+        channel_sums(planes, |g, y, x| {
+            let g = masked(g, y);
+            (g, g * (x - m))
+        })
+    });
+    let count = p.count() as f64;
+    let rstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + a.eps).sqrt()).collect();
+    // dx = alpha * (g - shift) - (x - mean) * slope, per channel.
+    let coef: Vec<(F, F, F, F)> = (0..p.c)
+        .map(|ch| {
+            let (sum_g, sum_gxc) = sums[ch];
+            let alpha = a.weight(ch) * rstd[ch];
+            let slope = alpha * sum_gxc * rstd[ch] * rstd[ch] / count;
+            (F::c(alpha), F::c(sum_g / count), F::c(mean[ch]), F::c(slope))
+        })
+        .collect();
+    let mut dx = output_vec::<F>(t.x.len())?;
+    p.fill_planes(&mut dx, |i, ch, out| {
+        let (alpha, shift, m, slope) = coef[ch];
+        let range = i * p.plane..(i + 1) * p.plane;
+        let (x, g, y) = (&t.x[range.clone()], &t.g[range.clone()], &t.y[range]);
+        for (((o, &x), &g), &y) in out.iter_mut().zip(x).zip(g).zip(y) {
+            *o = alpha * (masked(g, y) - shift) - (x - m) * slope;
+        }
+    });
+    let dweight = sums.iter().zip(&rstd).map(|(&(_, s), r)| s * r).collect();
+    let dbias = sums.iter().map(|&(s, _)| s).collect();
+    Ok(Grads { dx, dweight, dbias })
+}

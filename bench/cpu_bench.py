@@ -162,15 +162,19 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--json", metavar="FILE", help="write records as a JSON list")
-    p.add_argument("--matmul-only", action="store_true", help="only the f32, bf16 and f16 matmul rows")
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--matmul-only", action="store_true", help="only the f32, bf16 and f16 matmul rows")
+    only.add_argument("--memory-only", action="store_true", help="only the elementwise, softmax and sum rows")
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     with torch.no_grad():
-        records = bench_matmul(args.threads) + bench_matmul_low_precision(args.threads)
+        records = []
+        if not args.memory_only:
+            records += bench_matmul(args.threads) + bench_matmul_low_precision(args.threads)
         if not args.matmul_only:
             records += bench_elementwise(args.threads) + bench_reductions(args.threads)
-    if not args.matmul_only:
+    if not (args.matmul_only or args.memory_only):
         records += bench_mlp(args.threads) + bench_fused_nn(args.threads)
     print_table(records, args.threads)
     if args.json:

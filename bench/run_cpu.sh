@@ -5,7 +5,8 @@
 # its large buffers the same huge-page hint rnn uses, so the second table compares the
 # kernels without that allocation advantage.
 # PYTHON picks the interpreter that has torch (default python3); RNN_BIN a prebuilt rnn
-# binary (default: build target/release/rnn).
+# binary (default: build target/release/rnn). ONLY=memory (or ONLY=matmul) runs just those
+# rows on both sides (`--memory-only` / `--matmul-only`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,14 +16,20 @@ tmp=$(mktemp -d /tmp/rnn-bench-cpu.XXXXXX)
 rounds=${ROUNDS:-3}
 python=${PYTHON:-python3}
 bin=${RNN_BIN:-target/release/rnn}
+only=()
+case "${ONLY:-}" in
+    "") ;;
+    memory | matmul) only=("--${ONLY}-only") ;;
+    *) echo "ONLY must be memory or matmul, got '${ONLY}'" >&2; exit 2 ;;
+esac
 
 [ -n "${RNN_BIN:-}" ] || cargo build --release -p rnn-cli
 ours="" theirs="" theirs_thp=""
 for round in $(seq 1 "$rounds"); do
     echo "== round $round of $rounds"
-    "$bin" bench cpu --json "$tmp/ours-$round.json"
-    "$python" bench/cpu_bench.py --threads "$threads" --json "$tmp/torch-$round.json"
-    THP_MEM_ALLOC_ENABLE=1 "$python" bench/cpu_bench.py --threads "$threads" --json "$tmp/torch-thp-$round.json"
+    "$bin" bench cpu "${only[@]}" --json "$tmp/ours-$round.json"
+    "$python" bench/cpu_bench.py "${only[@]}" --threads "$threads" --json "$tmp/torch-$round.json"
+    THP_MEM_ALLOC_ENABLE=1 "$python" bench/cpu_bench.py "${only[@]}" --threads "$threads" --json "$tmp/torch-thp-$round.json"
     ours="${ours:+$ours,}$tmp/ours-$round.json"
     theirs="${theirs:+$theirs,}$tmp/torch-$round.json"
     theirs_thp="${theirs_thp:+$theirs_thp,}$tmp/torch-thp-$round.json"
@@ -31,7 +38,7 @@ done
 # machine.sh asks `python3` for the torch version: make it the one that ran the twin.
 case "$python" in */*) PATH="$(dirname "$python"):$PATH" ;; esac
 source bench/machine.sh
-out="bench/results/${day}-cpu-${threads}core-${slug}.md"
+out="bench/results/${day}-cpu${ONLY:+-$ONLY}-${threads}core-${slug}.md"
 mkdir -p bench/results
 
 {

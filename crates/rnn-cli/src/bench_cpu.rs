@@ -91,8 +91,7 @@ pub fn run(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<Vec<Reco
     {
         let _no_grad = NoGradGuard::new();
         bench_matmul_rows(&mut bench)?;
-        bench_elementwise(&mut bench)?;
-        bench_reductions(&mut bench)?;
+        bench_memory_rows(&mut bench)?;
     }
     bench_mlp(&mut bench)?;
     let fused = if quick { &crate::bench_fused_nn::QUICK } else { &crate::bench_fused_nn::FULL };
@@ -106,6 +105,20 @@ pub fn run_matmul(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<V
     let _no_grad = NoGradGuard::new();
     bench_matmul_rows(&mut bench)?;
     Ok(bench.records)
+}
+
+/// Only the memory-bound rows: elementwise, softmax, sum (`rnn bench cpu --memory-only`).
+pub fn run_memory(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<Vec<Record>> {
+    let mut bench = start(sizes, quick, out)?;
+    let _no_grad = NoGradGuard::new();
+    bench_memory_rows(&mut bench)?;
+    Ok(bench.records)
+}
+
+/// The elementwise, softmax and sum rows.
+fn bench_memory_rows(bench: &mut Bench) -> CliResult<()> {
+    bench_elementwise(bench)?;
+    bench_reductions(bench)
 }
 
 /// A seeded bench writing to `out`, its header printed.

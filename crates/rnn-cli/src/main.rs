@@ -91,8 +91,11 @@ struct CpuSuiteArgs {
     #[command(flatten)]
     options: BenchOptions,
     /// Only the matmul rows: f32, bf16 and f16 (bench/cpu_bench.py --matmul-only is the twin).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "memory_only")]
     matmul_only: bool,
+    /// Only the memory-bound rows: elementwise, softmax, sum (the twin's --memory-only).
+    #[arg(long)]
+    memory_only: bool,
 }
 
 #[derive(Args)]
@@ -157,6 +160,9 @@ fn bench_cpu(args: &CpuSuiteArgs) -> CliResult<()> {
     let sizes = if args.options.quick { bench_cpu::Sizes::QUICK } else { bench_cpu::Sizes::FULL };
     if args.matmul_only {
         return run_bench(&args.options, |out| bench_cpu::run_matmul(sizes, args.options.quick, out));
+    }
+    if args.memory_only {
+        return run_bench(&args.options, |out| bench_cpu::run_memory(sizes, args.options.quick, out));
     }
     run_bench(&args.options, |out| bench_cpu::run(sizes, args.options.quick, out))
 }

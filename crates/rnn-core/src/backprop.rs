@@ -6,8 +6,9 @@ use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 
 use crate::op_table::{BinaryOp, ReduceOp, UnaryOp};
+use crate::storage::Storage;
 use crate::tensor::TensorId;
-use crate::{Error, Result, Tensor};
+use crate::{Device, Error, Result, Tensor};
 
 /// How a tensor was computed from its inputs.
 #[derive(Clone)]
@@ -138,14 +139,41 @@ impl GradStore {
         self.0.is_empty()
     }
 
-    /// Adds `grad` to the gradient of `t` (or sets it).
+    /// Adds `grad` to the gradient of `t` (or sets it). The sum is written into the stored
+    /// gradient's own buffer when no one else can see that buffer (see `add_in_place`).
     pub fn accumulate(&mut self, t: &Tensor, grad: Tensor) -> Result<()> {
         let sum = match self.0.remove(&t.id()) {
-            Some(prev) => prev.add(&grad)?,
+            Some(prev) => add_in_place(prev, &grad)?,
             None => grad,
         };
         self.0.insert(t.id(), sum);
         Ok(())
+    }
+}
+
+/// `prev + grad`, in `prev`'s buffer when that is safe: both on the CPU, of one shape and
+/// dtype, neither recording a graph, and `prev` the sole owner of its whole storage (no
+/// other handle, no view: a gradient the caller kept, or one shared by two inputs of an op,
+/// is left alone). Otherwise, or if the in-place add fails, a new tensor as `Tensor::add`.
+fn add_in_place(prev: Tensor, grad: &Tensor) -> Result<Tensor> {
+    let fits = prev.device() == Device::Cpu
+        && grad.device() == Device::Cpu
+        && prev.shape() == grad.shape()
+        && prev.dtype() == grad.dtype()
+        && !prev.tracks_grad()
+        && !grad.tracks_grad()
+        && prev.is_sole_owner();
+    let added = fits && {
+        // `prev` shares its storage with no one, so `grad` cannot: these locks are distinct.
+        let (mut dst, src) = (prev.storage_mut(), grad.storage());
+        match (&mut *dst, &*src) {
+            (Storage::Cpu(d), Storage::Cpu(s)) => d.binary_assign(s, grad.layout(), BinaryOp::Add).is_ok(),
+            _ => false,
+        }
+    };
+    match added {
+        true => Ok(prev),
+        false => prev.add(grad),
     }
 }
 

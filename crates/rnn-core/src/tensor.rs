@@ -257,8 +257,7 @@ impl Tensor {
             let msg = format!("{} values for a tensor of {n} elements", src.len());
             return Err(Error::invalid("write_if_unique", msg));
         }
-        let alone = Arc::strong_count(&self.0) == 1 && Arc::strong_count(&self.0.storage) == 1;
-        if !alone || self.layout().contiguous_offsets() != Some((0, n)) {
+        if !self.is_sole_owner() {
             return Ok(false);
         }
         let mut storage = self.storage_mut();
@@ -270,6 +269,17 @@ impl Tensor {
             }
             _ => Ok(false),
         }
+    }
+
+    /// Whether no other handle or view can see this tensor's storage, which it covers whole
+    /// and contiguously: only then may an op write its result into the tensor's own buffer.
+    /// (While this handle is the only one, no other thread can make a new one.)
+    pub(crate) fn is_sole_owner(&self) -> bool {
+        let alone = Arc::strong_count(&self.0) == 1 && Arc::strong_count(&self.0.storage) == 1;
+        let n = self.elem_count();
+        alone
+            && self.layout().contiguous_offsets() == Some((0, n))
+            && self.storage().cpu_len().is_none_or(|len| len == n)
     }
 
     /// Calls `f` with the elements in row-major order: a contiguous CPU tensor lends its

@@ -570,6 +570,65 @@ fn backward_into_accumulates(device: Device) -> Result<()> {
 }
 test_device!(backward_into_accumulates_test, backward_into_accumulates);
 
+/// Where a gradient's buffer lies (CPU): equal before and after an accumulation that
+/// reused it.
+fn buffer_address(g: &Tensor) -> Result<usize> {
+    match g.dtype() {
+        DType::F64 => g.with_host_slice(|s: &[f64]| s.as_ptr() as usize),
+        _ => g.with_host_slice(|s: &[f32]| s.as_ptr() as usize),
+    }
+}
+
+/// Accumulation adds into a stored gradient's buffer only when nothing else can see it: a
+/// gradient the caller kept (or a view of it) keeps its values; a tensor used twice and a
+/// parameter held by two handles get the sum of both paths.
+fn accumulation_in_place_spares_shared_buffers(device: Device) -> Result<()> {
+    let x = leaf(&[0.5, -1.0, 2.0, 0.25], &[2, 2], device)?;
+    let alias = x.clone();
+    let w = rnn_testutil::tensor(&[1.0, 2.0, 3.0, 4.0], &[2, 2], x.dtype(), device);
+    // x through two handles and twice in one add: d/dx = 2 x w + 2 w + 2.
+    let loss = || x.sqr()?.mul(&w)?.add(&alias.mul(&w)?.mul_scalar(2.0)?)?.add(&x.add(&x)?)?.sum_all();
+    let once: Vec<f64> =
+        [(0.5, 1.0), (-1.0, 2.0), (2.0, 3.0), (0.25, 4.0)].iter().map(|(x, w)| 2.0 * x * w + 2.0 * w + 2.0).collect();
+    assert_eq!(grad_of(&loss()?.backward()?, &x), once);
+    let mut grads = GradStore::new();
+    loss()?.backward_into(&mut grads)?;
+    let kept = grads.get(&x).expect("a gradient").clone();
+    let kept_row = kept.narrow(0, 1, 1)?;
+    loss()?.backward_into(&mut grads)?;
+    let times = |k: f64| once.iter().map(|g| k * g).collect::<Vec<_>>();
+    assert_eq!(grad_of(&grads, &x), times(2.0));
+    assert_eq!(values(&kept), once, "a gradient the caller holds is not written");
+    assert_eq!(values(&kept_row), once[2..].to_vec(), "nor a view of it");
+    drop((kept, kept_row));
+    let before = if device == CPU { Some(buffer_address(grads.get(&x).expect("a gradient"))?) } else { None };
+    loss()?.backward_into(&mut grads)?;
+    assert_eq!(grad_of(&grads, &x), times(3.0));
+    if let Some(before) = before {
+        assert_eq!(buffer_address(grads.get(&x).expect("a gradient"))?, before, "added in its own buffer");
+    }
+    assert_eq!(values(&x), vec![0.5, -1.0, 2.0, 0.25], "the parameter is untouched");
+    Ok(())
+}
+test_device!(accumulation_in_place_spares_shared_buffers_test, accumulation_in_place_spares_shared_buffers);
+
+/// The in-place sum of `GradStore::accumulate` has the bits of `add` in every float dtype,
+/// including a strided (transposed) incoming gradient.
+#[test]
+fn accumulation_in_place_equals_add() -> Result<()> {
+    let x = Tensor::zeros((3, 4), DType::F32, CPU)?.requires_grad();
+    for dtype in [DType::F16, DType::BF16, DType::F32, DType::F64] {
+        let first = Tensor::randn(0.0, 1.0, (3, 4), dtype, CPU)?;
+        let second = Tensor::randn(0.0, 1.0, (4, 3), dtype, CPU)?.t()?;
+        let expected = values(&first.add(&second)?);
+        let mut store = GradStore::new();
+        store.accumulate(&x, first)?;
+        store.accumulate(&x, second)?;
+        assert_eq!(values(store.get(&x).expect("a gradient")), expected, "{dtype}");
+    }
+    Ok(())
+}
+
 /// The gradient-ready hook reports each variable once, nearest the output first, with its
 /// final gradient (the one `backward` returns), before the rest of the graph is done.
 fn backward_hook_reports_final_gradients(device: Device) -> Result<()> {

@@ -416,6 +416,38 @@ fn updates_keep_parameter_identity(device: Device) -> Result<()> {
 }
 test_device!(updates_keep_parameter_identity_test, updates_keep_parameter_identity);
 
+/// A parameter that is a view (one row of a larger tensor) is updated in place where it
+/// lies by the fused step, the rest of the tensor untouched, as a whole parameter with the
+/// same values would be by the tensor-op path (which refuses views); a gradient the caller
+/// holds is read, never written.
+fn view_parameters_and_held_gradients_are_respected(device: Device) -> Result<()> {
+    let dtype = widest_float(device);
+    let t = |v: &[f64], dims: &[usize]| rnn_testutil::try_tensor(v, dims, dtype, device);
+    for config in all_configs() {
+        let base = t(&[1.0, -2.0, 3.0, 0.5, 0.25, -1.0], &[2, 3])?;
+        let view = base.narrow(0, 1, 1)?.requires_grad();
+        let whole = t(&[0.5, 0.25, -1.0], &[1, 3])?.requires_grad();
+        let g = t(&[0.1, -0.2, 0.3], &[1, 3])?;
+        let g0 = values(&g);
+        for (p, fused) in [(&view, true), (&whole, false)] {
+            let mut grads = GradStore::new();
+            grads.insert(p, g.clone());
+            let mut opt = build(&config, vec![p.clone()], fused)?;
+            opt.step(&grads)?;
+            opt.step(&grads)?;
+        }
+        let all = values(&base);
+        assert_eq!(all[..3], [1.0, -2.0, 3.0], "{config:?}: the other row moved");
+        assert_eq!(values(&view), all[3..].to_vec(), "{config:?}: the view and its tensor disagree");
+        assert_ne!(all[3..], [0.5, 0.25, -1.0], "{config:?}: the parameter did not move");
+        let diff = max_abs_diff(&all[3..], &values(&whole));
+        assert!(diff <= tol_on(device, 1e-12), "{config:?}: the view's update is off by {diff}");
+        assert_eq!(values(&g), g0, "{config:?}: the gradient was written");
+    }
+    Ok(())
+}
+test_device!(view_parameters_and_held_gradients_are_respected_test, view_parameters_and_held_gradients_are_respected);
+
 fn duplicated_parameter_is_updated_once(device: Device) -> Result<()> {
     let dtype = widest_float(device);
     let w = rnn_testutil::try_tensor(&[1.0, 2.0], &[2], dtype, device)?.requires_grad();

@@ -2,9 +2,9 @@
 //! a broadcast input simply has stride 0, and the common cases get contiguous fast paths.
 
 use super::parallel::{output_vec, par_fill, zeroed_vec, HEAVY};
-use super::simd::{map_slice, zip_slice};
+use super::simd::{map_slice, zip_assign, zip_slice};
 use super::strided::{for_each_row_piece, rows};
-use super::unary::{map, map_with_work};
+use super::unary::{contiguous_slice, map, map_with_work};
 use super::CpuStorage;
 use crate::op_table::{BinaryKernel, BinaryOp, BinaryVisitor, CmpOp};
 use crate::{Error, Layout, Result};
@@ -107,6 +107,49 @@ fn select<T: Copy + Sync + Send + bytemuck::Zeroable>(
     Ok(out)
 }
 
+/// `dst[i] = f(dst[i], src[i])` with `src` seen through `ls` (same element count as `dst`).
+fn zip_into<T>(
+    work: usize,
+    dst: &mut [T],
+    (src, ls): (&[T], &Layout),
+    f: impl Fn(T, T) -> T + Sync + Send,
+) -> Result<()>
+where
+    T: Copy + Send + Sync + bytemuck::Zeroable + 'static,
+{
+    if ls.shape().elem_count() != dst.len() {
+        let msg = format!("{} elements into a buffer of {}", ls.shape().elem_count(), dst.len());
+        return Err(Error::invalid("binary_assign", msg));
+    }
+    let src = contiguous_slice(src, ls)?;
+    par_fill(dst, work, |chunk, first| zip_assign(chunk, &src[first..first + chunk.len()], &f));
+    Ok(())
+}
+
+/// The in-place twin of `CpuBinary`: the result goes into the left operand's buffer.
+struct CpuBinaryAssign<'a> {
+    dst: &'a mut CpuStorage,
+    src: (&'a CpuStorage, &'a Layout),
+}
+
+impl BinaryVisitor for CpuBinaryAssign<'_> {
+    type Out = Result<()>;
+
+    fn visit<K: BinaryKernel>(self) -> Result<()> {
+        let (dst, (src, ls)) = (self.dst, self.src);
+        let work = if K::NAME == "pow" { HEAVY } else { 1 };
+        macro_rules! arm {
+            ($($v:ident),*) => {
+                match (dst, src) {
+                    $((CpuStorage::$v(d), CpuStorage::$v(s)) => zip_into(work, d, (s, ls), K::f),)*
+                    (d, s) => Err(Error::DTypeMismatch { op: K::NAME, lhs: d.dtype(), rhs: s.dtype() }),
+                }
+            };
+        }
+        arm!(U8, U32, I64, F16, BF16, F32, F64)
+    }
+}
+
 struct CpuBinary<'a> {
     a: (&'a CpuStorage, &'a Layout),
     b: (&'a CpuStorage, &'a Layout),
@@ -134,6 +177,12 @@ impl BinaryVisitor for CpuBinary<'_> {
 impl CpuStorage {
     pub fn binary(&self, la: &Layout, rhs: &CpuStorage, lb: &Layout, op: BinaryOp) -> Result<CpuStorage> {
         op.visit(CpuBinary { a: (self, la), b: (rhs, lb) })
+    }
+
+    /// `self = op(self, rhs)` over the whole buffer, element by element (the same kernel as
+    /// `binary`, so the same bits); `rhs`, seen through `lr`, has as many elements as `self`.
+    pub fn binary_assign(&mut self, rhs: &CpuStorage, lr: &Layout, op: BinaryOp) -> Result<()> {
+        op.visit(CpuBinaryAssign { dst: self, src: (rhs, lr) })
     }
 
     pub fn cmp(&self, la: &Layout, rhs: &CpuStorage, lb: &Layout, op: CmpOp) -> Result<CpuStorage> {

@@ -33,20 +33,22 @@ fn tier() -> Tier {
     })
 }
 
-/// Defines `$name`, which runs `$plain` compiled for the best tier of this CPU.
+/// Defines `$name`, which runs `$plain` compiled for the best tier of this CPU. Its generic
+/// parameters are written in brackets, `pub fn name[T: Copy, ..](..)`: a macro cannot
+/// match them between `<` and `>`.
 macro_rules! tiered {
-    ($(#[$doc:meta])* pub fn $name:ident <$($g:ident: $b:path),*> ($($a:ident: $t:ty),*) -> $r:ty = $plain:ident) => {
+    ($(#[$doc:meta])* pub fn $name:ident [$($gen:tt)*] ($($a:ident: $t:ty),*) -> $r:ty = $plain:ident) => {
         $(#[$doc])*
         #[inline(always)]
-        pub fn $name<$($g: $b),*>($($a: $t),*) -> $r {
+        pub fn $name<$($gen)*>($($a: $t),*) -> $r {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx2,fma")]
-                unsafe fn avx2<$($g: $b),*>($($a: $t),*) -> $r {
+                unsafe fn avx2<$($gen)*>($($a: $t),*) -> $r {
                     $plain($($a),*)
                 }
                 #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-                unsafe fn avx512<$($g: $b),*>($($a: $t),*) -> $r {
+                unsafe fn avx512<$($gen)*>($($a: $t),*) -> $r {
                     $plain($($a),*)
                 }
                 match tier() {
@@ -64,19 +66,30 @@ macro_rules! tiered {
 
 tiered! {
     /// `dst[i] = f(src[i])`.
-    pub fn map_slice<T: Copy, U: Sized, F: Fn(T) -> U>(src: &[T], dst: &mut [U], f: &F) -> () = map_slice_plain
+    pub fn map_slice[T: Copy, U: Sized, F: Fn(T) -> U](src: &[T], dst: &mut [U], f: &F) -> () = map_slice_plain
 }
 
 tiered! {
     /// `dst[i] = f(a[i], b[i])`.
-    pub fn zip_slice<T: Copy, U: Copy, V: Sized, F: Fn(T, U) -> V>(a: &[T], b: &[U], dst: &mut [V], f: &F) -> () = zip_slice_plain
+    pub fn zip_slice[T: Copy, U: Copy, V: Sized, F: Fn(T, U) -> V](a: &[T], b: &[U], dst: &mut [V], f: &F) -> () = zip_slice_plain
+}
+
+tiered! {
+    /// `dst[i] = f(dst[i], src[i])`: an op written into its left operand's buffer.
+    pub fn zip_assign[T: Copy, U: Copy, F: Fn(T, U) -> T](dst: &mut [T], src: &[U], f: &F) -> () = zip_assign_plain
+}
+
+tiered! {
+    /// `p[i] = f(p[i], g[i], state)` with `state` the `K` values `s[..][i]`, which `f` may
+    /// change (an optimizer's update of a parameter and its states, in place).
+    pub fn update_slices[const K: usize, T: Copy, F: Fn(T, T, &mut [T; K]) -> T](p: &mut [T], g: &[T], s: [&mut [T]; K], f: &F) -> () = update_slices_plain
 }
 
 tiered! {
     /// Folds `g(x)` over `xs` with `LANES` independent accumulators (so the loop
     /// vectorizes), then folds those; `f` must be associative for the result not to depend
     /// on the split.
-    pub fn fold_lanes<T: Copy, A: Copy, G: Fn(T) -> A, F: Fn(A, A) -> A>(xs: &[T], init: A, g: G, f: F) -> A = fold_lanes_plain
+    pub fn fold_lanes[T: Copy, A: Copy, G: Fn(T) -> A, F: Fn(A, A) -> A](xs: &[T], init: A, g: G, f: F) -> A = fold_lanes_plain
 }
 
 #[inline(always)]
@@ -90,6 +103,32 @@ fn map_slice_plain<T: Copy, U, F: Fn(T) -> U>(src: &[T], dst: &mut [U], f: &F) {
 fn zip_slice_plain<T: Copy, U: Copy, V, F: Fn(T, U) -> V>(a: &[T], b: &[U], dst: &mut [V], f: &F) {
     for ((o, &x), &y) in dst.iter_mut().zip(a).zip(b) {
         *o = f(x, y);
+    }
+}
+
+#[inline(always)]
+fn zip_assign_plain<T: Copy, U: Copy, F: Fn(T, U) -> T>(dst: &mut [T], src: &[U], f: &F) {
+    for (o, &y) in dst.iter_mut().zip(src) {
+        *o = f(*o, y);
+    }
+}
+
+#[inline(always)]
+fn update_slices_plain<const K: usize, T: Copy, F: Fn(T, T, &mut [T; K]) -> T>(
+    p: &mut [T],
+    g: &[T],
+    s: [&mut [T]; K],
+    f: &F,
+) {
+    let n = p.len();
+    let g = &g[..n];
+    let mut s = s.map(|s| &mut s[..n]);
+    for i in 0..n {
+        let mut state: [T; K] = std::array::from_fn(|k| s[k][i]);
+        p[i] = f(p[i], g[i], &mut state);
+        for (buf, value) in s.iter_mut().zip(state) {
+            buf[i] = value;
+        }
     }
 }
 

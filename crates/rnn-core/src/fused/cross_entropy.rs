@@ -156,7 +156,8 @@ impl CrossEntropyBackward {
         let x = compute_slice::<F>(xs, xl)?;
         let lse = compute_slice::<F>(inputs[2].0, inputs[2].1)?;
         let g = compute_slice::<F>(inputs[3].0, inputs[3].1)?;
-        let mut dx = crate::cpu::parallel::zeroed_vec::<F>(rows * classes)?;
+        // Every row is written below (ignored rows with zeros): no zeroing pass first.
+        let mut dx = crate::cpu::parallel::output_vec::<F>(rows * classes)?;
         let mut row_marks = vec![0u8; rows]; // one per row: splits the rows with dx
         let s = F::c(self.fwd.smoothing);
         let (on, off) = (F::c(1.0) - s, s / F::c(classes as f64));
@@ -166,6 +167,7 @@ impl CrossEntropyBackward {
                 let i = first + r;
                 let id = ids[i];
                 if self.fwd.ignored(id) || !(0..classes as i64).contains(&id) {
+                    dx.fill(F::c(0.0));
                     continue;
                 }
                 let (gi, l) = (g[i], lse[i]);

@@ -155,7 +155,8 @@ fn softmax_row<F: Float>(x: &[F], out: &mut [F], log: bool) {
 }
 
 fn softmax_rows<F: Float>(x: &[F], row: usize, log: bool) -> Result<Vec<F>> {
-    let mut out = crate::cpu::parallel::zeroed_vec(x.len())?;
+    // Every element is written below: no zeroing.
+    let mut out = crate::cpu::parallel::output_vec(x.len())?;
     if row == 0 {
         return Ok(out);
     }

@@ -7,6 +7,7 @@ use rayon::prelude::*;
 
 use super::{internal, AdagradHyper, AdamHyper, ParamUpdate, RmsPropHyper, SgdHyper, UpdateRule};
 use crate::cpu::parallel::PAR_WORK;
+use crate::cpu::simd::update_slices;
 use crate::storage::Storage;
 use crate::{DType, Result, Tensor, WithDType};
 
@@ -206,7 +207,7 @@ where
     let n = p.len();
     let threads = rayon::current_num_threads().max(1);
     if n.saturating_mul(work) < PAR_WORK || threads == 1 {
-        update_chunk(p, g, s, f);
+        update_slices(p, g, s, f);
         return;
     }
     let chunk = n.div_ceil(threads * 4).max(PAR_WORK / 4 / work).max(1);
@@ -216,20 +217,5 @@ where
         .zip(g.chunks(chunk))
         .map(|(p, g)| (p, g, state_chunks.each_mut().map(|c| c.next().unwrap_or_default())))
         .collect();
-    jobs.into_par_iter().for_each(|(p, g, s)| update_chunk(p, g, s, f));
-}
-
-/// The elementwise loop over one chunk (all slices of one length).
-#[inline(always)]
-fn update_chunk<T: Copy, const K: usize, F: Fn(T, T, &mut [T; K]) -> T>(p: &mut [T], g: &[T], s: [&mut [T]; K], f: &F) {
-    let n = p.len();
-    let g = &g[..n];
-    let mut s = s.map(|s| &mut s[..n]);
-    for i in 0..n {
-        let mut state: [T; K] = std::array::from_fn(|k| s[k][i]);
-        p[i] = f(p[i], g[i], &mut state);
-        for (buf, value) in s.iter_mut().zip(state) {
-            buf[i] = value;
-        }
-    }
+    jobs.into_par_iter().for_each(|(p, g, s)| update_slices(p, g, s, f));
 }

@@ -131,7 +131,7 @@ pub(crate) fn matmul<E: GemmInput>(
         }
     }
     // Round once, nearest-even, NaN kept.
-    out.iter_mut().zip(&acc).for_each(|(o, &x)| *o = E::narrow(x));
+    E::narrow_slice(&acc, out);
     Ok(())
 }
 

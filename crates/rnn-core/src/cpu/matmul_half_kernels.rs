@@ -14,18 +14,13 @@ use half::{bf16, f16};
 pub(crate) trait Half: Copy + Default + Send + Sync + bytemuck::Zeroable + 'static {
     /// Widens `src` into `dst` (F16C for f16 where the CPU has it, through the `half` crate).
     fn widen(src: &[Self], dst: &mut [f32]);
-    /// Rounds to nearest even, NaN kept.
-    fn narrow(x: f32) -> Self;
-    /// `narrow` over a slice (F16C for f16 where the CPU has it).
+    /// Rounds each value to nearest even, NaN kept (F16C for f16 where the CPU has it).
     fn narrow_slice(src: &[f32], dst: &mut [Self]);
 }
 
 impl Half for bf16 {
     fn widen(src: &[bf16], dst: &mut [f32]) {
         src.convert_to_f32_slice(dst);
-    }
-    fn narrow(x: f32) -> bf16 {
-        bf16::from_f32(x)
     }
     fn narrow_slice(src: &[f32], dst: &mut [bf16]) {
         dst.convert_from_f32_slice(src);
@@ -35,9 +30,6 @@ impl Half for bf16 {
 impl Half for f16 {
     fn widen(src: &[f16], dst: &mut [f32]) {
         src.convert_to_f32_slice(dst);
-    }
-    fn narrow(x: f32) -> f16 {
-        f16::from_f32(x)
     }
     fn narrow_slice(src: &[f32], dst: &mut [f16]) {
         dst.convert_from_f32_slice(src);

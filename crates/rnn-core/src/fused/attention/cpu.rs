@@ -121,7 +121,7 @@ pub(super) fn padded(bc: usize) -> usize {
 /// `dst` (`width x ld`, row-major) = the transpose of `src` (`rows x width`, row-major),
 /// zero in the columns from `rows` to `ld`.
 pub(super) fn transpose_tile<C: Compute>(src: &[C], width: usize, dst: &mut [C], ld: usize) {
-    let rows = if width == 0 { 0 } else { src.len() / width };
+    let rows = src.len().checked_div(width).unwrap_or(0);
     for (x, out) in dst.chunks_exact_mut(ld).take(width).enumerate() {
         for (j, o) in out[..rows].iter_mut().enumerate() {
             *o = src[j * width + x];

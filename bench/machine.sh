@@ -12,5 +12,5 @@ machine_lines() {
     echo "- date: $(date +%F)"
     echo "- machine: ${model}, $(nproc) cores (nproc), $(free -g | awk '/^Mem:/ {print $2}') GiB RAM"
     echo "- rustc: $(rustc --version)"
-    echo "- torch: $(python3 -c 'import torch; print(torch.__version__)')"
+    echo "- torch: $("${python:-python3}" -c 'import torch; print(torch.__version__)')"
 }

@@ -24,30 +24,15 @@ type Outcome = Result<Option<Buf>>;
 pub(crate) struct Slot {
     outcome: Mutex<Option<Outcome>>,
     ready: Condvar,
-    /// Set with the outcome: lets a waiter poll without the lock (see `spin_until_filled`).
-    filled: AtomicBool,
 }
 
 impl Slot {
     pub(crate) fn filled(outcome: Outcome) -> Arc<Slot> {
-        Arc::new(Slot { outcome: Mutex::new(Some(outcome)), ready: Condvar::new(), filled: AtomicBool::new(true) })
+        Arc::new(Slot { outcome: Mutex::new(Some(outcome)), ready: Condvar::new() })
     }
     fn fill(&self, outcome: Outcome) {
         *lock(&self.outcome) = Some(outcome);
-        self.filled.store(true, Ordering::Release);
         self.ready.notify_all();
-    }
-
-    /// Polls for the outcome for up to `SPIN` before the caller sleeps on the condition
-    /// variable. A small collective completes in microseconds, while waking a sleeping
-    /// thread costs tens of them; yielding in the loop leaves the core to the communication
-    /// thread when both share it.
-    fn spin_until_filled(&self) {
-        const SPIN: Duration = Duration::from_micros(50);
-        let start = Instant::now();
-        while !self.filled.load(Ordering::Acquire) && start.elapsed() < SPIN {
-            std::thread::yield_now();
-        }
     }
 }
 
@@ -246,7 +231,6 @@ impl<T> Work<T> {
 fn wait_slot(slot: &Slot, shared: &Shared, op: &'static str) -> Outcome {
     // How often a waiter looks at the deadline; completion itself wakes it at once.
     const POLL: Duration = Duration::from_millis(100);
-    slot.spin_until_filled();
     let mut outcome = lock(&slot.outcome);
     loop {
         if let Some(result) = outcome.take() {

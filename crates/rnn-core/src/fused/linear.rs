@@ -112,10 +112,10 @@ impl FusedOp for Linear {
             Epilogue::None => g.clone(),
             // relu'(z) = step(z), and z > 0 exactly where y > 0.
             Epilogue::Relu => g.mul(&y.step()?)?,
-            // The fused forward does not keep z: recompute it (one more product).
+            // `linear` fuses a GELU only when no gradient is taken (autograd gets the product
+            // and `bias_gelu` instead), so no graph ever holds this case.
             Epilogue::Gelu => {
-                let z = x.linear(w, b, Epilogue::None)?;
-                crate::grad_fns::unary_grad(UnaryOp::Gelu, &z, y, g)?
+                return Err(Error::Msg("internal: a fused GELU linear was recorded for backward".into()))
             }
         };
         let gx = x.tracks_grad().then(|| gz.matmul(w)).transpose()?;

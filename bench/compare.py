@@ -9,15 +9,18 @@ import argparse
 import json
 import sys
 
-# (name prefix, comparison, threshold) from the issue text.
+# (name prefix, comparison, threshold) from the issue texts; the first matching prefix counts.
 GOALS = [
+    # Mixed precision: the bf16 MLP step against torch's autocast bf16 step.
+    ("mlp_784_512_256_10_b128_bf16", "<=", 1.0),
     ("matmul_", ">=", 1.0),
     ("unary_", ">=", 1.0),
     ("binary_", ">=", 1.0),
     ("softmax_16M", ">=", 1.0),
     ("sum_16M", ">=", 1.0),
     ("mlp_", "<=", 0.7),
-    ("train_", "<=", 0.7),
+    # CPU training: the CNN and ResNet-8 epochs at PyTorch's time or better.
+    ("train_", "<=", 1.0),
     ("attn_", ">=", 1.0),
     ("attnmem_", "<=", 1.0),
 ]

@@ -115,6 +115,38 @@ pub fn run_memory(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<V
     Ok(bench.records)
 }
 
+/// f32 products at training shapes (`rnn bench cpu --gemm-shapes`): `m x k` times `k x n`,
+/// with `t` marking an operand read transposed (as backward passes read them).
+pub fn run_gemm_shapes(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<Vec<Record>> {
+    const SHAPES: [(usize, usize, usize, bool, bool); 12] = [
+        // MLP 784-512-256-10, batch 128: forward, weight gradients, input gradients.
+        (128, 512, 784, false, false),
+        (128, 256, 512, false, false),
+        (128, 10, 256, false, false),
+        (784, 512, 128, true, false),
+        (512, 256, 128, true, false),
+        (128, 512, 256, false, true),
+        // Char-GPT, 2048 tokens, width 128: projections, MLP, head, their gradients.
+        (2048, 128, 128, false, false),
+        (2048, 512, 128, false, false),
+        (2048, 128, 512, false, false),
+        (128, 512, 2048, true, false),
+        (2048, 128, 512, false, true),
+        (2048, 65, 128, false, true),
+    ];
+    let mut bench = start(sizes, quick, out)?;
+    let _no_grad = NoGradGuard::new();
+    writeln!(bench.out, "f32 kernels: {}", if rnn::cpu_f32_gemm_is_packed() { "packed GEMM" } else { "gemm crate" })?;
+    for (m, n, k, ta, tb) in SHAPES {
+        let a = if ta { randn((k, m))?.t()? } else { randn((m, k))? };
+        let b = if tb { randn((n, k))?.t()? } else { randn((k, n))? };
+        let name = format!("gemm_f32_{m}x{n}x{k}{}{}", if ta { "_ta" } else { "" }, if tb { "_tb" } else { "" });
+        let flops = 2.0 * (m * n * k) as f64;
+        bench.measure(&name, Score::Flops(flops), || a.matmul(&b).map(drop))?;
+    }
+    Ok(bench.records)
+}
+
 /// The elementwise, softmax and sum rows.
 fn bench_memory_rows(bench: &mut Bench) -> CliResult<()> {
     bench_elementwise(bench)?;

@@ -94,8 +94,12 @@ struct CpuSuiteArgs {
     #[arg(long, conflicts_with = "memory_only")]
     matmul_only: bool,
     /// Only the memory-bound rows: elementwise, softmax, sum (the twin's --memory-only).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "gemm_shapes")]
     memory_only: bool,
+    /// Only f32 products at the MLP and GPT training shapes, transposed operands included
+    /// (no twin: run it with and without RNN_CPU_F32_GEMM=packed to compare our kernels).
+    #[arg(long, conflicts_with = "matmul_only")]
+    gemm_shapes: bool,
 }
 
 #[derive(Args)]
@@ -163,6 +167,9 @@ fn bench_cpu(args: &CpuSuiteArgs) -> CliResult<()> {
     }
     if args.memory_only {
         return run_bench(&args.options, |out| bench_cpu::run_memory(sizes, args.options.quick, out));
+    }
+    if args.gemm_shapes {
+        return run_bench(&args.options, |out| bench_cpu::run_gemm_shapes(sizes, args.options.quick, out));
     }
     run_bench(&args.options, |out| bench_cpu::run(sizes, args.options.quick, out))
 }

@@ -54,6 +54,7 @@ mod window;
 pub use adapter_info::{wgpu_adapters, WgpuAdapterInfo};
 pub use autocast::{autocast, autocast_dtype, AutocastGuard, AutocastOp, CastPolicy};
 pub use backprop::{grad_enabled, no_grad, GradStore, NoGradGuard};
+pub use cpu::f32_gemm_is_packed as cpu_f32_gemm_is_packed;
 pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{try_vec, Error, Result};

@@ -90,6 +90,13 @@ fn transposed<T>(s: &[T], cols: usize) -> Operand<T> {
 /// `dst = a @ b` (or `dst += a @ b` when `accumulate`) for a row-major `m x n` `dst`, on the
 /// calling thread (the batch is what is split over threads).
 ///
+/// Outputs of few rows far wider than tall (`m <= 64`, `n >= 4 m`: a few channels by many
+/// positions, or a weight gradient of few output channels) run as the transposed product `bᵀ aᵀ` into the
+/// row-major `scratch`, then are written back transposed: the gemm crate ran those 1.1-2.6x
+/// faster on an AVX2 CPU (16-64 channels, bench/results/2026-11-25-packed-gemm-2core-amd-epyc.md),
+/// for a copy of the small output. (Taller outputs, as the input gradient's unfolded
+/// columns, measured no gain, and their copy would cost as much as the product.)
+///
 /// SAFETY: `a` and `b` must address `m x k` and `k x n` valid elements with their strides,
 /// and `dst` must hold at least `m * n` elements.
 unsafe fn product<T: Float + 'static>(
@@ -98,10 +105,29 @@ unsafe fn product<T: Float + 'static>(
     a: Operand<T>,
     b: Operand<T>,
     accumulate: bool,
+    scratch: &mut Vec<T>,
 ) {
     debug_assert!(dst.len() >= m * n);
-    // SAFETY: the caller's guarantee.
-    unsafe { gemm_one(dst, (m, n, k), a, b, (T::zero(), T::one()), Parallelism::None, accumulate) }
+    let units = (T::zero(), T::one());
+    if m == 0 || m > 64 || n < 4 * m {
+        // SAFETY: the caller's guarantee.
+        return unsafe { gemm_one(dst, (m, n, k), a, b, units, Parallelism::None, accumulate) };
+    }
+    if scratch.len() < m * n {
+        scratch.resize(m * n, T::zero());
+    }
+    let t = &mut scratch[..m * n];
+    let transpose = |o: Operand<T>| Operand(o.0, o.2, o.1);
+    // SAFETY: bᵀ is n x k and aᵀ k x m over the same elements as b and a; t holds n x m.
+    unsafe { gemm_one(t, (n, m, k), transpose(b), transpose(a), units, Parallelism::None, false) };
+    for (i, row) in dst.chunks_exact_mut(n).take(m).enumerate() {
+        let column = t.iter().skip(i).step_by(m);
+        if accumulate {
+            row.iter_mut().zip(column).for_each(|(d, &v)| *d = *d + v);
+        } else {
+            row.iter_mut().zip(column).for_each(|(d, &v)| *d = v);
+        }
+    }
 }
 
 /// ReLU in place, NaN kept (as `Tensor::relu`).
@@ -126,7 +152,7 @@ pub(crate) fn conv2d_forward<T: Float + 'static>(
     if y.is_empty() {
         return Ok(y);
     }
-    let image = |i: usize, out: &mut [T], cols: &mut Vec<T>| {
+    let image = |i: usize, out: &mut [T], (cols, scratch): &mut (Vec<T>, Vec<T>)| {
         s.unfold_image(&x[i * s.image_len()..][..s.image_len()], cols);
         if let Some(b) = bias {
             out.chunks_mut(l).zip(b).for_each(|(row, &v)| row.fill(v));
@@ -134,13 +160,14 @@ pub(crate) fn conv2d_forward<T: Float + 'static>(
         for g in 0..s.groups {
             let (wg, cg) = (&w[g * og * kg..][..og * kg], &cols[g * kg * l..][..kg * l]);
             // SAFETY: `wg` is `og x kg` and `cg` `kg x l`, row-major; `out` holds out_c x l.
-            unsafe { product(&mut out[g * og * l..], (og, l, kg), rows(wg, kg), rows(cg, l), bias.is_some()) };
+            unsafe { product(&mut out[g * og * l..], (og, l, kg), rows(wg, kg), rows(cg, l), bias.is_some(), scratch) };
         }
         if relu {
             relu_in_place(out);
         }
     };
-    y.par_chunks_mut(image_out).enumerate().for_each_init(Vec::new, |cols, (i, out)| image(i, out, cols));
+    let buffers = || (Vec::new(), Vec::new());
+    y.par_chunks_mut(image_out).enumerate().for_each_init(buffers, |bufs, (i, out)| image(i, out, bufs));
     Ok(y)
 }
 
@@ -155,6 +182,8 @@ pub(crate) struct ConvGrads<T> {
 /// output gradient, and its running sums of the weight and bias gradients.
 struct Scratch<T> {
     cols: Vec<T>,
+    /// A transposed product's output (see `product`).
+    product: Vec<T>,
     grad_cols: Vec<T>,
     masked: Vec<T>,
     w: Vec<T>,
@@ -165,6 +194,7 @@ impl<T: Float> Scratch<T> {
     fn new(s: &ConvShape, w_len: usize) -> Self {
         Scratch {
             cols: Vec::new(),
+            product: Vec::new(),
             grad_cols: Vec::new(),
             masked: Vec::new(),
             w: vec![T::zero(); w_len],
@@ -232,14 +262,17 @@ impl<T: Float + 'static> ConvBackward<'_, T> {
         for g in 0..s.groups {
             let (gzg, cg) = (&gz[g * og * l..][..og * l], &sc.cols[g * kg * l..][..kg * l]);
             // SAFETY: gw_g (og x kg) += gz_g (og x l) @ cols_gᵀ (l x kg), all in bounds.
-            unsafe { product(&mut sc.w[g * og * kg..], (og, kg, l), rows(gzg, l), transposed(cg, l), true) };
+            unsafe {
+                product(&mut sc.w[g * og * kg..], (og, kg, l), rows(gzg, l), transposed(cg, l), true, &mut sc.product)
+            };
         }
         let Some(gxi) = gxi else { return };
         sc.grad_cols.resize(s.cols_len(), T::zero());
         for g in 0..s.groups {
             let (wg, gzg) = (&self.w[g * og * kg..][..og * kg], &gz[g * og * l..][..og * l]);
+            let dst = &mut sc.grad_cols[g * kg * l..];
             // SAFETY: grad_cols_g (kg x l) = w_gᵀ (kg x og) @ gz_g (og x l), all in bounds.
-            unsafe { product(&mut sc.grad_cols[g * kg * l..], (kg, l, og), transposed(wg, kg), rows(gzg, l), false) };
+            unsafe { product(dst, (kg, l, og), transposed(wg, kg), rows(gzg, l), false, &mut sc.product) };
         }
         let (plane, hw, per_channel) = (s.plane(), s.hw.0 * s.hw.1, s.window.taps() * l);
         for (c, dst) in gxi.chunks_mut(hw.max(1)).enumerate().take(s.in_c) {

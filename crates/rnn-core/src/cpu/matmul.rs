@@ -1,12 +1,14 @@
-//! Batched matmul through the `gemm` crate (runtime-dispatched AVX2 / AVX-512 kernels) for
-//! f32 / f64; bf16 and f16 through our packed GEMM (`matmul_half`): gemm has no bf16 kernel
-//! and rounds its f16 output after every depth block, PyTorch rounds once.
+//! Batched matmul. f32 and f64 run the `gemm` crate (runtime-dispatched AVX2 / AVX-512
+//! kernels; f32 optionally our packed GEMM, see `f32_gemm_is_packed`); bf16 and f16 our
+//! packed GEMM (`matmul_half`): gemm has no bf16 kernel and rounds its f16
+//! output after every depth block, PyTorch rounds once.
 //! Inputs are `[batch.., m, k]` and `[batch.., k, n]` with equal batch dims, any strides.
 
 use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
 use super::matmul_half::GemmInput;
+use super::packed_gemm::Mat;
 use super::strided::StridedIndex;
 use super::CpuStorage;
 use crate::{Error, Layout, Result};
@@ -43,6 +45,10 @@ pub(super) unsafe fn gemm_one<T: Copy + 'static>(
     par: Parallelism,
     accumulate: bool,
 ) {
+    // SAFETY: the caller's guarantee, passed on.
+    if unsafe { packed_f32(dst, (m, n, k), a, b, par, accumulate) } {
+        return;
+    }
     // SAFETY: the caller guarantees the operands address valid `m x k` and `k x n` elements
     // with these strides; `dst` holds `m x n` row-major elements.
     unsafe {
@@ -68,6 +74,59 @@ pub(super) unsafe fn gemm_one<T: Copy + 'static>(
             par,
         )
     };
+}
+
+/// Whether f32 products run our packed GEMM instead of the `gemm` crate: only when
+/// `RNN_CPU_F32_GEMM=packed` (and the CPU has AVX2 + FMA). Measured on a 2-core AVX2 EPYC
+/// (bench/results/2026-11-25-packed-gemm-2core-amd-epyc.md), the packed GEMM matched the
+/// crate on large square products but ran 0.4-1.2x its speed on the MLP, GPT and
+/// convolution shapes, so the crate stays the default; the switch lets one binary compare
+/// both.
+pub fn f32_gemm_is_packed() -> bool {
+    static PACKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PACKED.get_or_init(|| {
+        std::env::var("RNN_CPU_F32_GEMM").as_deref() == Ok("packed") && super::matmul_half::Path::Avx2.available()
+    })
+}
+
+/// Runs an f32 product on the packed GEMM when `f32_gemm_is_packed`; false (nothing done)
+/// for other types, negative strides, or when the `gemm` crate is the one to use.
+///
+/// SAFETY: as `gemm_one`.
+unsafe fn packed_f32<T: 'static>(
+    dst: &mut [T],
+    (m, n, k): (usize, usize, usize),
+    a: Operand<T>,
+    b: Operand<T>,
+    par: Parallelism,
+    accumulate: bool,
+) -> bool {
+    let strides = [a.1, a.2, b.1, b.2];
+    if std::any::TypeId::of::<T>() != std::any::TypeId::of::<f32>() || strides.iter().any(|&s| s < 0) {
+        return false;
+    }
+    if !f32_gemm_is_packed() {
+        return false;
+    }
+    let mat = |o: Operand<T>, (rows, cols): (usize, usize)| {
+        let (rs, cs) = (o.1 as usize, o.2 as usize);
+        let extent = if rows * cols == 0 { 0 } else { (rows - 1) * rs + (cols - 1) * cs + 1 };
+        // SAFETY: `T` is f32 (checked above); the caller guarantees `rows x cols` valid
+        // elements at these strides, which span `extent` elements.
+        Mat { data: unsafe { std::slice::from_raw_parts(o.0 as *const f32, extent) }, rs, cs }
+    };
+    // SAFETY: `T` is f32; dst holds m x n elements (the caller's guarantee).
+    let out = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, m * n) };
+    let par = matches!(par, Parallelism::Rayon(t) if t > 1);
+    super::packed_gemm::gemm::<f32, super::matmul_half_kernels::Avx2>(
+        mat(a, (m, k)),
+        mat(b, (k, n)),
+        (m, n, k),
+        out,
+        par,
+        accumulate,
+    );
+    true
 }
 
 fn gemm_typed<T: Copy + bytemuck::Zeroable + Send + Sync + 'static>(

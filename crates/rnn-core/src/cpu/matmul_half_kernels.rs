@@ -1,7 +1,8 @@
-//! Register-tile micro-kernels of the bf16 / f16 GEMM (`matmul_half`): each multiplies one
-//! packed `MR x kc` panel of A by one packed `kc x NR` panel of B into an f32 tile.
+//! Register-tile micro-kernels of the packed GEMM (`packed_gemm`, for f32, bf16 and f16):
+//! each multiplies one packed `MR x kc` panel of A by one packed `kc x NR` panel of B into
+//! an f32 tile.
 //!
-//! Packed layout (written by `matmul_half::pack_a` / `pack_b`): k runs in groups of `KG`
+//! Packed layout (written by `packed_gemm::pack_a` / `pack_b`): k runs in groups of `KG`
 //! consecutive values; A panel element `(i, k)` sits at `((k / KG) * MR + i) * KG + k % KG`,
 //! B panel element `(k, j)` at `((k / KG) * NR + j) * KG + k % KG`. The f32 kernels use
 //! `KG = 1`; the AVX512-BF16 kernel keeps bf16 and pairs two k values per 32-bit lane, the
@@ -10,15 +11,15 @@
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
-/// A 16-bit float input of the GEMM.
-pub(crate) trait Half: Copy + Default + Send + Sync + bytemuck::Zeroable + 'static {
+/// An input type of the packed GEMM: f32, or a 16-bit float widened to f32 while packing.
+pub(crate) trait GemmElem: Copy + Default + Send + Sync + bytemuck::Zeroable + 'static {
     /// Widens `src` into `dst` (F16C for f16 where the CPU has it, through the `half` crate).
     fn widen(src: &[Self], dst: &mut [f32]);
     /// Rounds each value to nearest even, NaN kept (F16C for f16 where the CPU has it).
     fn narrow_slice(src: &[f32], dst: &mut [Self]);
 }
 
-impl Half for bf16 {
+impl GemmElem for bf16 {
     fn widen(src: &[bf16], dst: &mut [f32]) {
         src.convert_to_f32_slice(dst);
     }
@@ -27,7 +28,19 @@ impl Half for bf16 {
     }
 }
 
-impl Half for f16 {
+impl GemmElem for f32 {
+    // Inlined, so that a copy of a constant number of values (a packed row of NR) becomes a
+    // few register moves instead of a `memmove` call.
+    #[inline(always)]
+    fn widen(src: &[f32], dst: &mut [f32]) {
+        dst.copy_from_slice(src);
+    }
+    fn narrow_slice(src: &[f32], dst: &mut [f32]) {
+        dst.copy_from_slice(src);
+    }
+}
+
+impl GemmElem for f16 {
     fn widen(src: &[f16], dst: &mut [f32]) {
         src.convert_to_f32_slice(dst);
     }
@@ -38,9 +51,9 @@ impl Half for f16 {
 
 /// One micro-kernel for inputs of type `E`: its tile shape, packed element and the
 /// instruction set it needs.
-pub(super) trait MicroKernel<E: Half>: Sync {
+pub(super) trait MicroKernel<E: GemmElem>: Sync {
     /// Element of the packed panels.
-    type P: Copy + Default + Send + Sync;
+    type P: bytemuck::Pod + Default + Send + Sync;
     const MR: usize;
     const NR: usize;
     /// k values packed side by side per row / column (1, or 2 for dot-product pairs).
@@ -53,17 +66,39 @@ pub(super) trait MicroKernel<E: Half>: Sync {
     /// `a` holds `kq * MR * KG`, `b` `kq * NR * KG` packed values, `tile` `MR * NR`, and
     /// the CPU has the kernel's instruction set (see `Path::available`).
     unsafe fn tile(kq: usize, a: &[Self::P], b: &[Self::P], tile: &mut [f32]);
+
+    /// A whole tile straight into `c` (row stride `ldc`): `c = a b`, or `c += a b` when
+    /// `add`. By default through `tile`; a kernel may write its registers directly.
+    ///
+    /// # Safety
+    /// As `tile`, and `c` addresses `MR` rows of `NR` writable values at stride `ldc`.
+    unsafe fn tile_into(kq: usize, a: &[Self::P], b: &[Self::P], c: *mut f32, ldc: usize, add: bool) {
+        let mut t = [0f32; 256];
+        debug_assert!(Self::MR * Self::NR <= t.len());
+        // SAFETY: the caller's guarantee; `t` holds MR x NR.
+        unsafe { Self::tile(kq, a, b, &mut t) };
+        for (i, row) in t.chunks_exact(Self::NR).take(Self::MR).enumerate() {
+            // SAFETY: row i of the tile lies within the caller's `MR x NR` at stride `ldc`.
+            let dst = unsafe { std::slice::from_raw_parts_mut(c.add(i * ldc), Self::NR) };
+            if add {
+                dst.iter_mut().zip(row).for_each(|(d, t)| *d += t);
+            } else {
+                dst.copy_from_slice(row);
+            }
+        }
+    }
 }
 
 /// Portable kernel: f32 panels, plain loops (the compiler vectorizes them for SSE2).
 pub(super) struct Scalar;
 
-impl<E: Half> MicroKernel<E> for Scalar {
+impl<E: GemmElem> MicroKernel<E> for Scalar {
     type P = f32;
     const MR: usize = 6;
     const NR: usize = 16;
     const KG: usize = 1;
 
+    #[inline(always)]
     fn convert(src: &[E], dst: &mut [f32]) {
         E::widen(src, dst)
     }
@@ -86,12 +121,13 @@ impl<E: Half> MicroKernel<E> for Scalar {
 /// AVX2 + FMA: f32 panels (bf16 widened while packing), a 6 x 16 tile in 12 registers.
 pub(super) struct Avx2;
 
-impl<E: Half> MicroKernel<E> for Avx2 {
+impl<E: GemmElem> MicroKernel<E> for Avx2 {
     type P = f32;
     const MR: usize = 6;
     const NR: usize = 16;
     const KG: usize = 1;
 
+    #[inline(always)]
     fn convert(src: &[E], dst: &mut [f32]) {
         E::widen(src, dst)
     }
@@ -108,24 +144,81 @@ impl<E: Half> MicroKernel<E> for Avx2 {
             <Scalar as MicroKernel<E>>::tile(kq, a, b, tile)
         };
     }
+
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile_into(kq: usize, a: &[f32], b: &[f32], c: *mut f32, ldc: usize, add: bool) {
+        // SAFETY: the caller guarantees the lengths, `c`'s 6 x 16 values and AVX2 + FMA.
+        unsafe { avx2_tile_into(kq, a.as_ptr(), b.as_ptr(), c, ldc, add) };
+    }
+}
+
+/// The 6 x 16 tile's registers after `kq` steps (k unrolled by two: one loop branch per
+/// 24 FMAs).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn avx2_acc(kq: usize, a: *const f32, b: *const f32) -> [[std::arch::x86_64::__m256; 2]; 6] {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); 2]; 6];
+    // A macro, not a closure: the body must be compiled with this function's AVX2 + FMA.
+    macro_rules! step {
+        ($q:expr) => {{
+            let q = $q;
+            // SAFETY: q < kq, so every read stays inside the panels the caller vouched for.
+            unsafe {
+                let (b0, b1) = (_mm256_loadu_ps(b.add(q * 16)), _mm256_loadu_ps(b.add(q * 16 + 8)));
+                for (i, row) in acc.iter_mut().enumerate() {
+                    let x = _mm256_broadcast_ss(&*a.add(q * 6 + i));
+                    row[0] = _mm256_fmadd_ps(x, b0, row[0]);
+                    row[1] = _mm256_fmadd_ps(x, b1, row[1]);
+                }
+            }
+        }};
+    }
+    let mut q = 0;
+    while q + 2 <= kq {
+        step!(q);
+        step!(q + 1);
+        q += 2;
+    }
+    if q < kq {
+        step!(q);
+    }
+    acc
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_tile_into(kq: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
+    use std::arch::x86_64::*;
+    // The tile's output rows are read (or written) after the loop: fetch them meanwhile.
+    for i in 0..6 {
+        _mm_prefetch::<_MM_HINT_T0>(c.wrapping_add(i * ldc) as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(c.wrapping_add(i * ldc + 15) as *const i8);
+    }
+    // SAFETY: the caller's guarantee on the panels.
+    let acc = unsafe { avx2_acc(kq, a, b) };
+    for (i, row) in acc.iter().enumerate() {
+        // SAFETY: `c` addresses 6 rows of 16 values at stride `ldc`.
+        unsafe {
+            let (p0, p1) = (c.add(i * ldc), c.add(i * ldc + 8));
+            let (mut v0, mut v1) = (row[0], row[1]);
+            if add {
+                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(p0));
+                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(p1));
+            }
+            _mm256_storeu_ps(p0, v0);
+            _mm256_storeu_ps(p1, v1);
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn avx2_tile(kq: usize, a: *const f32, b: *const f32, tile: *mut f32) {
     use std::arch::x86_64::*;
-    let mut acc = [[_mm256_setzero_ps(); 2]; 6];
-    for q in 0..kq {
-        // SAFETY: q < kq, so every read stays inside the panels the caller vouched for.
-        unsafe {
-            let (b0, b1) = (_mm256_loadu_ps(b.add(q * 16)), _mm256_loadu_ps(b.add(q * 16 + 8)));
-            for (i, row) in acc.iter_mut().enumerate() {
-                let x = _mm256_broadcast_ss(&*a.add(q * 6 + i));
-                row[0] = _mm256_fmadd_ps(x, b0, row[0]);
-                row[1] = _mm256_fmadd_ps(x, b1, row[1]);
-            }
-        }
-    }
+    // SAFETY: the caller's guarantee on the panels.
+    let acc = unsafe { avx2_acc(kq, a, b) };
     for (i, row) in acc.iter().enumerate() {
         // SAFETY: the tile holds 6 x 16 f32.
         unsafe {

@@ -80,6 +80,10 @@ pub(crate) mod matmul_half;
 mod matmul_half_kernels;
 #[cfg(test)]
 mod matmul_half_tests;
+mod packed_gemm;
+#[cfg(test)]
+mod packed_gemm_tests;
+pub use matmul::f32_gemm_is_packed;
 pub(crate) use matmul::{gemm_into, prefers_transposed_product};
 pub mod parallel;
 pub(crate) mod pool;

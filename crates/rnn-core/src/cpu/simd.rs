@@ -75,6 +75,17 @@ tiered! {
 }
 
 tiered! {
+    /// `dst[i] = f(a[i], b[i], c[i])`.
+    pub fn zip3_slice[T: Copy, V: Sized, F: Fn(T, T, T) -> V](a: &[T], b: &[T], c: &[T], dst: &mut [V], f: &F) -> () = zip3_slice_plain
+}
+
+tiered! {
+    /// The two sums of `h(a[i], b[i], c[i]) = (u, v)` over the slices' common length, with
+    /// `LANES` independent accumulators each (so the loop vectorizes).
+    pub fn fold3_pairs[T: Copy, A: Copy + std::ops::Add<Output = A>, H: Fn(T, T, T) -> (A, A)](a: &[T], b: &[T], c: &[T], zero: A, h: &H) -> (A, A) = fold3_pairs_plain
+}
+
+tiered! {
     /// `dst[i] = f(dst[i], src[i])`: an op written into its left operand's buffer.
     pub fn zip_assign[T: Copy, U: Copy, F: Fn(T, U) -> T](dst: &mut [T], src: &[U], f: &F) -> () = zip_assign_plain
 }
@@ -104,6 +115,39 @@ fn zip_slice_plain<T: Copy, U: Copy, V, F: Fn(T, U) -> V>(a: &[T], b: &[U], dst:
     for ((o, &x), &y) in dst.iter_mut().zip(a).zip(b) {
         *o = f(x, y);
     }
+}
+
+#[inline(always)]
+fn zip3_slice_plain<T: Copy, V, F: Fn(T, T, T) -> V>(a: &[T], b: &[T], c: &[T], dst: &mut [V], f: &F) {
+    for (((o, &x), &y), &z) in dst.iter_mut().zip(a).zip(b).zip(c) {
+        *o = f(x, y, z);
+    }
+}
+
+#[inline(always)]
+fn fold3_pairs_plain<T: Copy, A: Copy + std::ops::Add<Output = A>, H: Fn(T, T, T) -> (A, A)>(
+    a: &[T],
+    b: &[T],
+    c: &[T],
+    zero: A,
+    h: &H,
+) -> (A, A) {
+    let n = a.len().min(b.len()).min(c.len());
+    let (a, b, c) = (&a[..n], &b[..n], &c[..n]);
+    let (mut lu, mut lv) = ([zero; LANES], [zero; LANES]);
+    let (ca, cb, cc) = (a.chunks_exact(LANES), b.chunks_exact(LANES), c.chunks_exact(LANES));
+    let (mut tu, mut tv) = (zero, zero);
+    for ((&x, &y), &z) in ca.remainder().iter().zip(cb.remainder()).zip(cc.remainder()) {
+        let (u, v) = h(x, y, z);
+        (tu, tv) = (tu + u, tv + v);
+    }
+    for ((ra, rb), rc) in ca.zip(cb).zip(cc) {
+        for (((su, sv), &x), (&y, &z)) in lu.iter_mut().zip(lv.iter_mut()).zip(ra).zip(rb.iter().zip(rc)) {
+            let (u, v) = h(x, y, z);
+            (*su, *sv) = (*su + u, *sv + v);
+        }
+    }
+    (lu.into_iter().fold(tu, |s, l| s + l), lv.into_iter().fold(tv, |s, l| s + l))
 }
 
 #[inline(always)]

@@ -163,7 +163,7 @@ impl CpuStorage {
 /// values as the f64 route of `to_dtype` (one nearest-even rounding, NaN kept). `None` for
 /// other casts and strided layouts.
 fn half_cast(s: &CpuStorage, l: &Layout, dtype: DType) -> Result<Option<CpuStorage>> {
-    use super::matmul_half::Half;
+    use super::matmul_half::GemmElem;
     fn convert<T: Sync, U: bytemuck::Zeroable + Send + 'static>(src: &[T], f: fn(&[T], &mut [U])) -> Result<Vec<U>> {
         let mut out = output_vec(src.len())?;
         par_fill(&mut out, 1, |chunk, first| f(&src[first..first + chunk.len()], chunk));

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use super::rows::Compute;
 use crate::cpu::parallel::{output_vec, PAR_WORK};
-use crate::cpu::simd::fold_lanes;
+use crate::cpu::simd::{fold3_pairs, fold_lanes, map_slice, zip3_slice, zip_slice};
 use crate::Result;
 
 /// Elements folded in the compute type before their sum is added in f64.
@@ -73,35 +73,17 @@ fn channel_sum<'a, F: Compute>(planes: impl Iterator<Item = &'a [F]>, g: impl Fn
     planes.flat_map(|p| p.chunks(BLOCK)).map(block).sum()
 }
 
-/// Lanes of the pair sums of `channel_sums`.
-const LANES: usize = 16;
-
 /// The two sums of `h(a, b, c) = (u, v)` over the matching planes of three tensors, in one
-/// pass and in blocks (see the module doc).
+/// pass and in blocks (see the module doc), vectorized for this CPU (`fold3_pairs`).
 fn channel_sums<'a, F: Compute>(
     planes: impl Iterator<Item = [&'a [F]; 3]>,
     h: impl Fn(F, F, F) -> (F, F) + Copy,
 ) -> (f64, f64) {
-    let wide = |v: F| v.to_f64();
     let (mut total_u, mut total_v) = (0.0, 0.0);
     for [a, b, c] in planes {
         for ((a, b), c) in a.chunks(BLOCK).zip(b.chunks(BLOCK)).zip(c.chunks(BLOCK)) {
-            let (mut lu, mut lv) = ([F::c(0.0); LANES], [F::c(0.0); LANES]);
-            let (ca, cb, cc) = (a.chunks_exact(LANES), b.chunks_exact(LANES), c.chunks_exact(LANES));
-            let (mut tu, mut tv) = (F::c(0.0), F::c(0.0));
-            for ((&x, &y), &z) in ca.remainder().iter().zip(cb.remainder()).zip(cc.remainder()) {
-                let (u, v) = h(x, y, z);
-                (tu, tv) = (tu + u, tv + v);
-            }
-            for ((ra, rb), rc) in ca.zip(cb).zip(cc) {
-                let lanes = lu.iter_mut().zip(lv.iter_mut());
-                for ((su, sv), ((&x, &y), &z)) in lanes.zip(ra.iter().zip(rb).zip(rc)) {
-                    let (u, v) = h(x, y, z);
-                    (*su, *sv) = (*su + u, *sv + v);
-                }
-            }
-            total_u += wide(lu.iter().fold(tu, |s, &l| s + l));
-            total_v += wide(lv.iter().fold(tv, |s, &l| s + l));
+            let (u, v) = fold3_pairs(a, b, c, F::c(0.0), &h);
+            (total_u, total_v) = (total_u + u.to_f64(), total_v + v.to_f64());
         }
     }
     (total_u, total_v)
@@ -158,13 +140,11 @@ pub(super) fn normalize<F: Compute>(
     p.fill_planes(&mut y, |i, ch, out| {
         let (m, s, b) = coef[ch];
         let range = i * p.plane..(i + 1) * p.plane;
-        out.iter_mut().zip(&x[range.clone()]).for_each(|(o, &v)| *o = (v - m) * s + b);
-        if let Some(r) = residual {
-            out.iter_mut().zip(&r[range]).for_each(|(o, &r)| *o = *o + r);
-        }
-        if relu {
-            // As ReLU: x <= 0 gives 0, NaN stays NaN.
-            out.iter_mut().for_each(|o| *o = if *o <= F::c(0.0) { F::c(0.0) } else { *o });
+        // As ReLU: x <= 0 gives 0, NaN stays NaN.
+        let act = |o: F| if relu && o <= F::c(0.0) { F::c(0.0) } else { o };
+        match residual {
+            Some(r) => zip_slice(&x[range.clone()], &r[range], out, &|v, r| act((v - m) * s + b + r)),
+            None => map_slice(&x[range], out, &|v| act((v - m) * s + b)),
         }
     });
     Ok(y)
@@ -190,9 +170,7 @@ pub(super) fn masked_grad<F: Compute>(g: &[F], y: &[F], p: Planes) -> Result<Vec
     let masked = mask(true);
     p.fill_planes(&mut out, |i, _, out| {
         let range = i * p.plane..(i + 1) * p.plane;
-        for ((o, &g), &y) in out.iter_mut().zip(&g[range.clone()]).zip(&y[range]) {
-            *o = masked(g, y);
-        }
+        zip_slice(&g[range.clone()], &y[range], out, &masked);
     });
     Ok(out)
 }
@@ -238,9 +216,7 @@ pub(super) fn backward<F: Compute>(
         let (alpha, shift, m, slope) = coef[ch];
         let range = i * p.plane..(i + 1) * p.plane;
         let (x, g, y) = (&t.x[range.clone()], &t.g[range.clone()], &t.y[range]);
-        for (((o, &x), &g), &y) in out.iter_mut().zip(x).zip(g).zip(y) {
-            *o = alpha * (masked(g, y) - shift) - (x - m) * slope;
-        }
+        zip3_slice(x, g, y, out, &|x, g, y| alpha * (masked(g, y) - shift) - (x - m) * slope);
     });
     let dweight = sums.iter().zip(&rstd).map(|(&(_, s), r)| s * r).collect();
     let dbias = sums.iter().map(|&(s, _)| s).collect();

@@ -91,10 +91,10 @@ fn transposed<T>(s: &[T], cols: usize) -> Operand<T> {
 /// calling thread (the batch is what is split over threads).
 ///
 /// Outputs of few rows far wider than tall (`m <= 64`, `n >= 4 m`: a few channels by many
-/// positions, or a weight gradient of few output channels) run as the transposed product `bᵀ aᵀ` into the
-/// row-major `scratch`, then are written back transposed: the gemm crate ran those 1.1-2.6x
-/// faster on an AVX2 CPU (16-64 channels, bench/results/2026-11-25-packed-gemm-2core-amd-epyc.md),
-/// for a copy of the small output. (Taller outputs, as the input gradient's unfolded
+/// positions, or a weight gradient of few output channels) run as the transposed product
+/// `bᵀ aᵀ` into the row-major `scratch`, then are written back transposed: the gemm crate
+/// ran those 1.1-2.6x faster on an AVX2 CPU (16-64 channels; the figures are in
+/// bench/results/2026-11-25-train-2core-amd-epyc.md), for a copy of the small output. (Taller outputs, as the input gradient's unfolded
 /// columns, measured no gain, and their copy would cost as much as the product.)
 ///
 /// SAFETY: `a` and `b` must address `m x k` and `k x n` valid elements with their strides,

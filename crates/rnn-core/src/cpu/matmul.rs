@@ -79,9 +79,9 @@ pub(super) unsafe fn gemm_one<T: Copy + 'static>(
 /// Whether f32 products run our packed GEMM instead of the `gemm` crate: only when
 /// `RNN_CPU_F32_GEMM=packed` (and the CPU has AVX2 + FMA). Measured on a 2-core AVX2 EPYC
 /// (bench/results/2026-11-25-packed-gemm-2core-amd-epyc.md), the packed GEMM matched the
-/// crate on large square products but ran 0.4-1.2x its speed on the MLP, GPT and
-/// convolution shapes, so the crate stays the default; the switch lets one binary compare
-/// both.
+/// crate on large square products but ran 0.56-1.18x its speed on the MLP and GPT shapes
+/// of `rnn bench cpu --gemm-shapes`, so the crate stays the default; the switch lets one
+/// binary compare both.
 pub fn f32_gemm_is_packed() -> bool {
     static PACKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *PACKED.get_or_init(|| {

@@ -14,6 +14,7 @@ use rayon::prelude::*;
 
 use super::matmul::{gemm_one, Operand};
 use super::parallel::zeroed_vec;
+use super::simd::fold_lanes;
 use super::window::Plane;
 use crate::num::Float;
 use crate::{Result, Window2d};
@@ -256,7 +257,7 @@ impl<T: Float + 'static> ConvBackward<'_, T> {
         let (l, kg, og) = (s.positions(), s.group_k(), s.group_out());
         let gz = self.masked_grad(i, &mut sc.masked);
         for (row, b) in gz.chunks(l.max(1)).zip(sc.b.iter_mut()) {
-            *b = row.iter().fold(*b, |acc, &v| acc + v);
+            *b = *b + fold_lanes(row, T::zero(), |v| v, |a, c| a + c);
         }
         s.unfold_image(&self.x[i * s.image_len()..][..s.image_len()], &mut sc.cols);
         for g in 0..s.groups {
@@ -276,7 +277,7 @@ impl<T: Float + 'static> ConvBackward<'_, T> {
         }
         let (plane, hw, per_channel) = (s.plane(), s.hw.0 * s.hw.1, s.window.taps() * l);
         for (c, dst) in gxi.chunks_mut(hw.max(1)).enumerate().take(s.in_c) {
-            plane.fold(&sc.grad_cols[c * per_channel..][..per_channel], dst);
+            plane.fold_scratch(&mut sc.grad_cols[c * per_channel..][..per_channel], dst);
         }
     }
 

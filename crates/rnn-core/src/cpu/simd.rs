@@ -180,8 +180,19 @@ fn update_slices_plain<const K: usize, T: Copy, F: Fn(T, T, &mut [T; K]) -> T>(
 /// vectors (4 registers) and keep the loop vectorized.
 const LANES: usize = 16;
 
+/// Runs of at least this many elements are read as [`STREAMS`] streams at once.
+const STREAM_MIN: usize = 1 << 15;
+
+/// Parts of a long run that `fold_lanes` reads side by side. A single sequential stream
+/// left this 2-core AMD EPYC VM's memory bandwidth unused: summing 64 MB on 2 threads read
+/// 27-33 GB/s as one stream per thread, 38-42 GB/s as four (2 streams: 33-39).
+const STREAMS: usize = 4;
+
 #[inline(always)]
 fn fold_lanes_plain<T: Copy, A: Copy, G: Fn(T) -> A, F: Fn(A, A) -> A>(xs: &[T], init: A, g: G, f: F) -> A {
+    if xs.len() >= STREAM_MIN {
+        return fold_streams(xs, init, g, f);
+    }
     let mut lanes = [init; LANES];
     let chunks = xs.chunks_exact(LANES);
     let tail = chunks.remainder().iter().fold(init, |a, &x| f(a, g(x)));
@@ -191,4 +202,39 @@ fn fold_lanes_plain<T: Copy, A: Copy, G: Fn(T) -> A, F: Fn(A, A) -> A>(xs: &[T],
         }
     }
     lanes.into_iter().fold(tail, f)
+}
+
+/// `fold_lanes` over [`STREAMS`] equal parts of `xs`, each with its own lanes, advanced
+/// together one chunk at a time.
+#[inline(always)]
+fn fold_streams<T: Copy, A: Copy, G: Fn(T) -> A, F: Fn(A, A) -> A>(xs: &[T], init: A, g: G, f: F) -> A {
+    let part = xs.len() / STREAMS / LANES * LANES;
+    let mut lanes = [[init; LANES]; STREAMS];
+    for i in (0..part).step_by(LANES) {
+        for (s, lanes) in lanes.iter_mut().enumerate() {
+            for (l, &x) in lanes.iter_mut().zip(&xs[s * part + i..][..LANES]) {
+                *l = f(*l, g(x));
+            }
+        }
+    }
+    let tail = xs[STREAMS * part..].iter().fold(init, |a, &x| f(a, g(x)));
+    lanes.into_iter().flatten().fold(tail, f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every element is folded exactly once, whether the run is short, read as streams, or
+    /// ends in a remainder after the streams: integer-valued sums are exact in f64.
+    #[test]
+    fn fold_lanes_counts_every_element_once() {
+        for n in [0, 1, LANES + 3, STREAM_MIN - 1, STREAM_MIN, STREAM_MIN + 1, 3 * STREAM_MIN + 4 * LANES + 7] {
+            let xs: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
+            let want: f64 = xs.iter().map(|&x| x as f64).sum();
+            assert_eq!(fold_lanes(&xs, 0.0, |x: f32| x as f64, |a, b| a + b), want, "n = {n}");
+            let max = fold_lanes(&xs, f32::NEG_INFINITY, |x| x, f32::max);
+            assert_eq!(max, xs.iter().copied().fold(f32::NEG_INFINITY, f32::max), "n = {n}");
+        }
+    }
 }

@@ -58,6 +58,15 @@ impl Plane<'_> {
     /// every element of it: each (kernel offset, window row) is one row of `wo`, filled with
     /// `pad` or copied, whole.
     pub(super) fn unfold<T: Copy>(&self, src: &[T], dst: &mut [MaybeUninit<T>], pad: T) {
+        if self.is_shift() {
+            self.unfold_shifted(src, dst, pad)
+        } else {
+            self.unfold_rows(src, dst, pad)
+        }
+    }
+
+    /// `unfold` one window row at a time (any geometry).
+    fn unfold_rows<T: Copy>(&self, src: &[T], dst: &mut [MaybeUninit<T>], pad: T) {
         let (w, wo, sw) = (self.w, self.wo, self.window.stride.1);
         let positions = self.ho * wo;
         let fill = |out: &mut [MaybeUninit<T>]| {
@@ -79,9 +88,89 @@ impl Plane<'_> {
                     o.write(x);
                 }
             } else {
-                for (o, &x) in out[lo..hi].iter_mut().zip(input[first..].iter().step_by(sw)) {
-                    o.write(x);
+                // Indexed rather than `step_by`: LLVM turns this into shuffles of whole vectors
+                // (an interleaved load), `step_by` into one scalar load per element.
+                let input = &input[first..][..(hi - lo - 1) * sw + 1];
+                for (k, o) in out[lo..hi].iter_mut().enumerate() {
+                    o.write(input[k * sw]);
                 }
+            }
+        });
+    }
+
+    /// Whether every kernel offset is a plain shift of the plane: stride 1 both ways and
+    /// windows as wide as the input (a "same" convolution, as 3x3 with padding 1). Window
+    /// element `(oh, ow)` of offset `(i, j)` then reads input element `oh * w + ow + shift`
+    /// with one `shift` per offset, so its valid rows are one contiguous run of the input.
+    fn is_shift(&self) -> bool {
+        self.window.stride == (1, 1) && self.wo == self.w
+    }
+
+    /// Calls `f(tap, rows, cols, shift)` for each kernel offset of a shift plane
+    /// ([`Self::is_shift`]): window rows `rows` and columns `cols` read the input, at
+    /// `index + shift`; every other window element is padding.
+    fn for_each_shift(&self, mut f: impl FnMut(usize, (usize, usize), (usize, usize), isize)) {
+        let Window2d { kernel: k, padding: p, dilation: d, .. } = *self.window;
+        for i in 0..k.0 {
+            let rows = valid_range(self.ho, self.h, 1, i * d.0, p.0);
+            for j in 0..k.1 {
+                let cols = valid_range(self.wo, self.w, 1, j * d.1, p.1);
+                let shift = (i * d.0) as isize - p.0 as isize;
+                f(i * k.1 + j, rows, cols, shift * self.w as isize + (j * d.1) as isize - p.1 as isize);
+            }
+        }
+    }
+
+    /// `unfold` of a shift plane: per offset, one copy of the run from its first valid
+    /// element to its last, then the padding columns of each row and the padding rows.
+    fn unfold_shifted<T: Copy>(&self, src: &[T], dst: &mut [MaybeUninit<T>], pad: T) {
+        let (wo, positions) = (self.wo, self.ho * self.wo);
+        let fill = |out: &mut [MaybeUninit<T>]| {
+            out.iter_mut().for_each(|o| {
+                o.write(pad);
+            })
+        };
+        self.for_each_shift(|tap, (r0, r1), (lo, hi), shift| {
+            let out = &mut dst[tap * positions..][..positions];
+            if r0 >= r1 || lo >= hi {
+                return fill(out);
+            }
+            let (start, end) = (r0 * wo + lo, (r1 - 1) * wo + hi);
+            // The run's first and last elements are valid input elements (row r0 / r1 - 1,
+            // columns lo / hi - 1), so the run lies inside `src`.
+            let from = &src[start.wrapping_add_signed(shift)..][..end - start];
+            for (o, &x) in out[start..end].iter_mut().zip(from) {
+                o.write(x);
+            }
+            fill(&mut out[..start]);
+            fill(&mut out[end..]);
+            // Between the rows of the run, the columns outside lo..hi read the neighbouring
+            // input row: padding instead.
+            for row in r0..r1 - 1 {
+                fill(&mut out[row * wo + hi..(row + 1) * wo + lo]);
+            }
+        });
+    }
+
+    /// `fold` for a `src` the caller no longer needs: on shift planes its padding elements
+    /// are zeroed, and then each offset's run is added with one contiguous loop.
+    pub(super) fn fold_scratch<T: Elem>(&self, src: &mut [T], dst: &mut [T]) {
+        if !self.is_shift() {
+            return self.fold(src, dst);
+        }
+        let (wo, positions) = (self.wo, self.ho * self.wo);
+        self.for_each_shift(|tap, (r0, r1), (lo, hi), shift| {
+            if r0 >= r1 || lo >= hi {
+                return;
+            }
+            let values = &mut src[tap * positions..][..positions];
+            for row in r0..r1 - 1 {
+                values[row * wo + hi..(row + 1) * wo + lo].fill(T::from_f64(0.0));
+            }
+            let (start, end) = (r0 * wo + lo, (r1 - 1) * wo + hi);
+            let out = &mut dst[start.wrapping_add_signed(shift)..][..end - start];
+            for (o, &v) in out.iter_mut().zip(&values[start..end]) {
+                *o = o.add(v);
             }
         });
     }
@@ -186,5 +275,56 @@ impl CpuStorage {
         }
         let plane = Plane { h, w, ho, wo, window };
         Ok(cpu_map_same!(self, v => fold_typed(&contiguous_slice(v, l)?, &plane, n * c)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unfolded(plane: &Plane, src: &[f32], shifted: bool) -> Vec<f32> {
+        let mut dst = vec![MaybeUninit::new(f32::NAN); plane.window.taps() * plane.ho * plane.wo];
+        match shifted {
+            true => plane.unfold_shifted(src, &mut dst, -7.0),
+            false => plane.unfold_rows(src, &mut dst, -7.0),
+        }
+        // SAFETY: both paths write every element (checked below: the pad value is not NaN
+        // and the inputs are not NaN, so a NaN left over would show).
+        dst.into_iter().map(|x| unsafe { x.assume_init() }).collect()
+    }
+
+    /// The one-run-per-offset paths of shift planes against the row-by-row paths, on planes
+    /// with rows and columns in the padding, dilation, more padding than the kernel reaches,
+    /// and 1-wide planes.
+    #[test]
+    fn shift_paths_match_row_paths() {
+        let geometries = [
+            ((3, 3), (1, 1), (1, 1)),
+            ((3, 3), (2, 2), (2, 2)),
+            ((5, 5), (2, 2), (1, 1)),
+            ((1, 1), (0, 0), (1, 1)),
+            ((3, 1), (0, 0), (1, 1)),
+            ((1, 3), (3, 1), (1, 1)),
+            ((3, 5), (1, 2), (3, 1)),
+        ];
+        for (kernel, padding, dilation) in geometries {
+            for (h, w) in [(1, 1), (2, 3), (5, 4), (8, 8), (7, 9)] {
+                let window = Window2d { kernel, stride: (1, 1), padding, dilation };
+                let Ok((ho, wo)) = window.output_size("test", (h, w)) else { continue };
+                let plane = Plane { h, w, ho, wo, window: &window };
+                if !plane.is_shift() {
+                    continue;
+                }
+                let src: Vec<f32> = (0..h * w).map(|i| i as f32 + 1.0).collect();
+                let got = unfolded(&plane, &src, true);
+                assert!(got.iter().all(|x| !x.is_nan()), "{window:?} {h}x{w}: element not written");
+                assert_eq!(got, unfolded(&plane, &src, false), "{window:?} {h}x{w}");
+                let cols: Vec<f32> = (0..got.len()).map(|i| (i % 13) as f32 - 6.0).collect();
+                let (mut want, mut sums) = (vec![0.5; h * w], vec![0.5; h * w]);
+                plane.fold(&cols, &mut want);
+                plane.fold_scratch(&mut cols.clone(), &mut sums);
+                assert_eq!(sums, want, "fold {window:?} {h}x{w}");
+            }
+        }
     }
 }

@@ -16,6 +16,7 @@ use half::{bf16, f16};
 
 use super::cpu_kernel::{self, Strided};
 use super::{Attention, AttentionBackward, Dims};
+use crate::cpu::simd::{fold_lanes, map_slice};
 use crate::cpu::unary::contiguous_slice;
 use crate::cpu::CpuStorage;
 use crate::num::Float;
@@ -219,6 +220,29 @@ pub(super) fn tile_product<C: Compute>(
 /// `dst += alpha · a b` (see [`tile_product`]), `dst` with row stride `n`.
 pub(super) fn tile_product_add<C: Compute>(mnk: (usize, usize, usize), dst: &mut [C], a: Mat<C>, b: Mat<C>, alpha: C) {
     tile_product(mnk, (dst, mnk.1), true, a, b, alpha)
+}
+
+/// The largest element of a score row, NaN skipped (`-inf` when there is none).
+pub(super) fn row_max<C: Compute>(s: &[C]) -> C {
+    match as_f32(s) {
+        Some(s) if cpu_kernel::available() => C::c(cpu_kernel::row_max(s) as f64),
+        _ => fold_lanes(s, C::neg_infinity(), |x| x, |a, b| if b > a { b } else { a }),
+    }
+}
+
+/// `p = exp(s - shift)` over a score row, and the sum of `p`.
+pub(super) fn exp_sum<C: Compute>(s: &[C], shift: C, p: &mut [C]) -> C {
+    let shift32 = as_f32(std::slice::from_ref(&shift)).map(|x| x[0]);
+    match (as_f32(s), shift32) {
+        (Some(s), Some(shift)) if cpu_kernel::available() => {
+            let p = as_f32_mut(p).expect("the same compute type");
+            C::c(cpu_kernel::exp_sum(s, shift, p) as f64)
+        }
+        _ => {
+            map_slice(s, p, &|x: C| (x - shift).vexp());
+            fold_lanes(p, C::zero(), |x| x, |a, b| a + b)
+        }
+    }
 }
 
 /// The slice as f32 where `C` is f32.

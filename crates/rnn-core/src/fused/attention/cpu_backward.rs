@@ -17,11 +17,12 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::cpu::{
-    compute_slice, padded, problem, tile_product, tile_product_add, transpose_tile, Compute, Mat, Problem, BC, BR,
+    compute_slice, exp_sum, padded, problem, tile_product, tile_product_add, transpose_tile, Compute, Mat, Problem, BC,
+    BR,
 };
 use super::{AttentionBackward, Dims};
 use crate::cpu::parallel::zeroed_vec;
-use crate::cpu::simd::{map_slice, zip_slice};
+use crate::cpu::simd::zip_slice;
 use crate::cpu::CpuStorage;
 use crate::{Layout, Result};
 
@@ -233,7 +234,7 @@ fn key_tile<C: Compute>(
             if lse == C::neg_infinity() {
                 prow.fill(C::zero()); // a fully masked row
             } else {
-                map_slice(srow, prow, &|x: C| (x - lse).vexp());
+                exp_sum(srow, lse, prow);
             }
         }
         let d_o = &saved.d_o[row0 * width_v..][..br * width_v];

@@ -11,7 +11,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::cpu::{padded, tile_product_add, transpose_tile, Compute, Mat, Problem, BC, BR};
+use super::cpu::{exp_sum, padded, row_max, tile_product_add, transpose_tile, Compute, Mat, Problem, BC, BR};
 use super::Dims;
 use crate::cpu::parallel::zeroed_vec;
 use crate::cpu::simd::{fold_lanes, map_slice};
@@ -161,7 +161,7 @@ fn key_tile<C: Compute>(
 /// output must be scaled by. NaN scores give NaN probabilities (the max skips them, the exp
 /// keeps them), so a NaN reaches the output as in PyTorch.
 fn online_softmax_row<C: Compute>(s: &[C], p: &mut [C], m: &mut C, l: &mut C) -> C {
-    let max = fold_lanes(s, C::neg_infinity(), |x| x, |a, b| if b > a { b } else { a });
+    let max = row_max(s);
     let m_new = if max > *m { max } else { *m };
     if m_new == C::neg_infinity() {
         // Every key so far masked: nothing to add (but a NaN score stays NaN).
@@ -169,8 +169,7 @@ fn online_softmax_row<C: Compute>(s: &[C], p: &mut [C], m: &mut C, l: &mut C) ->
         *l = *l + fold_lanes(p, C::zero(), |x| x, |a, b| a + b);
         return C::one();
     }
-    map_slice(s, p, &|x: C| (x - m_new).vexp());
-    let sum = fold_lanes(p, C::zero(), |x| x, |a, b| a + b);
+    let sum = exp_sum(s, m_new, p);
     let alpha = (*m - m_new).exp();
     *l = *l * alpha + sum;
     *m = m_new;

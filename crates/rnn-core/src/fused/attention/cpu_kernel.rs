@@ -76,6 +76,36 @@ pub(super) fn product(
     };
 }
 
+/// The largest element of `s`, NaN skipped (`-inf` for an empty or all-NaN row).
+///
+/// Panics if the CPU lacks AVX2 / FMA (callers check [`available`]).
+pub(super) fn row_max(s: &[f32]) -> f32 {
+    assert!(available(), "the attention row kernels need AVX2 and FMA");
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the CPU has AVX2 and FMA (asserted); the kernel reads only inside `s`.
+    unsafe {
+        avx2::row_max(s)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!()
+}
+
+/// `p = exp(s - shift)` elementwise (the same polynomial as `num::exp_f32`, with FMA), and
+/// the sum of `p`. NaN stays NaN; results below the f32 range are 0.
+///
+/// Panics if the slices differ in length or the CPU lacks AVX2 / FMA.
+pub(super) fn exp_sum(s: &[f32], shift: f32, p: &mut [f32]) -> f32 {
+    assert!(available(), "the attention row kernels need AVX2 and FMA");
+    assert_eq!(s.len(), p.len(), "exp_sum: rows of different lengths");
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the CPU has AVX2 and FMA (asserted); both slices hold `s.len()` elements.
+    unsafe {
+        avx2::exp_sum(s, shift, p)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!()
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
@@ -160,6 +190,87 @@ mod avx2 {
             }
         }
     }
+
+    /// See [`super::row_max`]. SAFETY: AVX2 + FMA present.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn row_max(s: &[f32]) -> f32 {
+        let chunks = s.chunks_exact(8);
+        let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+        let mut acc = [_mm256_set1_ps(f32::NEG_INFINITY); 2];
+        for (i, c) in chunks.enumerate() {
+            // SAFETY: `c` holds 8 floats. `max_ps` returns its second operand when either is
+            // NaN, so a NaN element leaves the running max as it was.
+            unsafe { acc[i % 2] = _mm256_max_ps(_mm256_loadu_ps(c.as_ptr()), acc[i % 2]) };
+        }
+        let mut lanes = [0.0f32; 8];
+        // SAFETY: `lanes` holds 8 floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_max_ps(acc[0], acc[1])) };
+        lanes.into_iter().fold(tail, |m, x| if x > m { x } else { m })
+    }
+
+    /// See [`super::exp_sum`]. SAFETY: AVX2 + FMA present, `p.len() == s.len()`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn exp_sum(s: &[f32], shift: f32, p: &mut [f32]) -> f32 {
+        let (chunks, outs) = (s.chunks_exact(8), p.chunks_exact_mut(8));
+        let tail_sum = chunks
+            .remainder()
+            .iter()
+            .zip(outs.into_remainder())
+            .fold(0.0f32, |acc, (&x, o)| {
+                *o = crate::num::exp_f32(x - shift);
+                acc + *o
+            });
+        let shift = _mm256_set1_ps(shift);
+        let mut sum = _mm256_setzero_ps();
+        for (c, o) in chunks.zip(p.chunks_exact_mut(8)) {
+            // SAFETY: `c` and `o` hold 8 floats each.
+            unsafe {
+                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), shift));
+                _mm256_storeu_ps(o.as_mut_ptr(), e);
+                sum = _mm256_add_ps(sum, e);
+            }
+        }
+        let mut lanes = [0.0f32; 8];
+        // SAFETY: `lanes` holds 8 floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
+        lanes.into_iter().fold(tail_sum, |a, b| a + b)
+    }
+
+    /// `num::exp_f32` on 8 lanes: Cephes' polynomial, its steps fused multiply-adds.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn exp8(x: __m256) -> __m256 {
+        // min / max return their second operand when either is NaN: a NaN x passes through.
+        let xc = _mm256_max_ps(splat(-104.0), _mm256_min_ps(splat(89.0), x));
+        let shifted = _mm256_fmadd_ps(xc, splat(std::f32::consts::LOG2_E), splat(12_582_912.0));
+        let n = _mm256_sub_ps(shifted, splat(12_582_912.0));
+        let ni = _mm256_sub_epi32(_mm256_castps_si256(shifted), _mm256_set1_epi32(0x4B40_0000));
+        let r = _mm256_fnmadd_ps(n, splat(0.693_359_4), xc);
+        let r = _mm256_fnmadd_ps(n, splat(-2.121_944_4e-4), r);
+        let mut p = splat(1.987_569_1e-4);
+        for k in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
+            p = _mm256_fmadd_ps(p, r, splat(k));
+        }
+        let y = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, splat(1.0)));
+        // 2^n in two factors, as in exp_f32.
+        let n1 = _mm256_srai_epi32(ni, 1);
+        let y = _mm256_mul_ps(_mm256_mul_ps(y, pow2(n1)), pow2(_mm256_sub_epi32(ni, n1)));
+        let y = _mm256_blendv_ps(y, splat(f32::INFINITY), _mm256_cmp_ps(x, splat(88.722_84), _CMP_GT_OQ));
+        _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, splat(-103.972_08), _CMP_LT_OQ))
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn splat(v: f32) -> __m256 {
+        _mm256_set1_ps(v)
+    }
+
+    /// `2^k` per lane, for `k` in the normal exponent range.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn pow2(k: __m256i) -> __m256 {
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23))
+    }
 }
 
 #[cfg(test)]
@@ -179,6 +290,41 @@ mod tests {
                 let dot: f64 = (0..k).map(|p| a.data[i * a.rs + p * a.cs] as f64 * b.data[p * b.rs + j] as f64).sum();
                 let old = if acc { c[i * ldc + j] as f64 } else { 0.0 };
                 c[i * ldc + j] = (alpha as f64 * dot + old) as f32;
+            }
+        }
+    }
+
+    /// The row kernels against `num::exp_f32` and a plain max, on rows of every length
+    /// remainder, with NaN, infinities and values past the f32 range of exp.
+    #[test]
+    fn row_kernels_match_scalar() {
+        if !available() {
+            return;
+        }
+        let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -150.0, 100.0, -103.99, 88.7];
+        for n in [0, 1, 7, 8, 9, 16, 63, 64, 65] {
+            for with_special in [false, true] {
+                let mut s: Vec<f32> = (0..n).map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.7).collect();
+                if with_special {
+                    for (x, &v) in s.iter_mut().step_by(3).zip(special.iter().cycle()) {
+                        *x = v;
+                    }
+                }
+                let want_max = s.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+                assert_eq!(row_max(&s).to_bits(), want_max.to_bits(), "max, n = {n}");
+                let shift = 1.5;
+                let mut p = vec![0.0; n];
+                let sum = exp_sum(&s, shift, &mut p);
+                let want: Vec<f32> = s.iter().map(|&x| crate::num::exp_f32(x - shift)).collect();
+                for (i, (&g, &w)) in p.iter().zip(&want).enumerate() {
+                    let close = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 4.0 * f32::EPSILON * w.abs();
+                    assert!(close, "exp({}) n = {n}: {g} vs {w}", s[i] - shift);
+                }
+                let want_sum: f32 = want.iter().sum();
+                let close = (sum.is_nan() && want_sum.is_nan())
+                    || sum == want_sum
+                    || (sum - want_sum).abs() <= 1e-5 * want_sum.abs();
+                assert!(close, "sum, n = {n}: {sum} vs {want_sum}");
             }
         }
     }

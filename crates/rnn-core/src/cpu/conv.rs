@@ -121,15 +121,24 @@ unsafe fn product<T: Float + 'static>(
     let transpose = |o: Operand<T>| Operand(o.0, o.2, o.1);
     // SAFETY: bᵀ is n x k and aᵀ k x m over the same elements as b and a; t holds n x m.
     unsafe { gemm_one(t, (n, m, k), transpose(b), transpose(a), units, Parallelism::None, false) };
-    for (i, row) in dst.chunks_exact_mut(n).take(m).enumerate() {
-        let column = t.iter().skip(i).step_by(m);
-        if accumulate {
-            row.iter_mut().zip(column).for_each(|(d, &v)| *d = *d + v);
-        } else {
-            row.iter_mut().zip(column).for_each(|(d, &v)| *d = v);
+    // In blocks of `TRANSPOSE_BLOCK` positions, whose `m` values each stay in L1 while the
+    // block's rows of `dst` are written.
+    for first in (0..n).step_by(TRANSPOSE_BLOCK) {
+        let block = &t[first * m..(first + TRANSPOSE_BLOCK).min(n) * m];
+        for (i, row) in dst.chunks_exact_mut(n).take(m).enumerate() {
+            let row = &mut row[first..first + block.len() / m];
+            let column = block.iter().skip(i).step_by(m);
+            if accumulate {
+                row.iter_mut().zip(column).for_each(|(d, &v)| *d = *d + v);
+            } else {
+                row.iter_mut().zip(column).for_each(|(d, &v)| *d = v);
+            }
         }
     }
 }
+
+/// Positions per block of the transposed write-back in `product`.
+const TRANSPOSE_BLOCK: usize = 32;
 
 /// ReLU in place, NaN kept (as `Tensor::relu`).
 fn relu_in_place<T: Float>(v: &mut [T]) {

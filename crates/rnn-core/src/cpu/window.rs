@@ -87,12 +87,18 @@ impl Plane<'_> {
                 for (o, &x) in out[lo..hi].iter_mut().zip(&input[first..first + (hi - lo)]) {
                     o.write(x);
                 }
+            } else if sw == 2 {
+                // Pairs of a fixed width rather than `step_by`: LLVM loads whole vectors and
+                // shuffles the even elements out, instead of one scalar load per element.
+                let n = hi - lo;
+                let input = &input[first..][..2 * n - 1];
+                for (o, pair) in out[lo..hi - 1].iter_mut().zip(input.chunks_exact(2)) {
+                    o.write(pair[0]);
+                }
+                out[hi - 1].write(input[2 * n - 2]);
             } else {
-                // Indexed rather than `step_by`: LLVM turns this into shuffles of whole vectors
-                // (an interleaved load), `step_by` into one scalar load per element.
-                let input = &input[first..][..(hi - lo - 1) * sw + 1];
-                for (k, o) in out[lo..hi].iter_mut().enumerate() {
-                    o.write(input[k * sw]);
+                for (o, &x) in out[lo..hi].iter_mut().zip(input[first..].iter().step_by(sw)) {
+                    o.write(x);
                 }
             }
         });
@@ -291,6 +297,43 @@ mod tests {
         // SAFETY: both paths write every element (checked below: the pad value is not NaN
         // and the inputs are not NaN, so a NaN left over would show).
         dst.into_iter().map(|x| unsafe { x.assume_init() }).collect()
+    }
+
+    /// Window element `(tap, oh, ow)` straight from the definition.
+    fn element(plane: &Plane, src: &[f32], tap: usize, (oh, ow): (usize, usize), pad: f32) -> f32 {
+        let Window2d { kernel, stride, padding, dilation } = *plane.window;
+        let (i, j) = (tap / kernel.1, tap % kernel.1);
+        let r = (oh * stride.0 + i * dilation.0).checked_sub(padding.0).filter(|&r| r < plane.h);
+        let c = (ow * stride.1 + j * dilation.1).checked_sub(padding.1).filter(|&c| c < plane.w);
+        match (r, c) {
+            (Some(r), Some(c)) => src[r * plane.w + c],
+            _ => pad,
+        }
+    }
+
+    /// Both unfold paths against the definition, over strides 1-3 (the stride-2 copy has a
+    /// path of its own), padding, dilation and planes narrower than the kernel.
+    #[test]
+    fn unfold_matches_definition() {
+        for stride in [(1, 1), (2, 2), (1, 2), (3, 3), (2, 1)] {
+            for (kernel, padding, dilation) in
+                [((3, 3), (1, 1), (1, 1)), ((1, 1), (0, 0), (1, 1)), ((3, 2), (2, 1), (2, 1))]
+            {
+                for (h, w) in [(1, 1), (4, 5), (8, 8), (9, 7)] {
+                    let window = Window2d { kernel, stride, padding, dilation };
+                    let Ok((ho, wo)) = window.output_size("test", (h, w)) else { continue };
+                    let plane = Plane { h, w, ho, wo, window: &window };
+                    let src: Vec<f32> = (0..h * w).map(|i| i as f32 + 1.0).collect();
+                    let got = unfolded(&plane, &src, plane.is_shift());
+                    let positions = ho * wo;
+                    for (k, &g) in got.iter().enumerate() {
+                        let (tap, oh, ow) = (k / positions, k % positions / wo, k % wo);
+                        let want = element(&plane, &src, tap, (oh, ow), -7.0);
+                        assert_eq!(g, want, "{window:?} {h}x{w}: tap {tap} at ({oh}, {ow})");
+                    }
+                }
+            }
+        }
     }
 
     /// The one-run-per-offset paths of shift planes against the row-by-row paths, on planes

@@ -95,8 +95,9 @@ fn transposed<T>(s: &[T], cols: usize) -> Operand<T> {
 /// positions, or a weight gradient of few output channels) run as the transposed product
 /// `bᵀ aᵀ` into the row-major `scratch`, then are written back transposed: the gemm crate
 /// ran those 1.1-2.6x faster on an AVX2 CPU (16-64 channels; the figures are in
-/// bench/results/2026-11-25-train-2core-amd-epyc.md), for a copy of the small output. (Taller outputs, as the input gradient's unfolded
-/// columns, measured no gain, and their copy would cost as much as the product.)
+/// bench/results/2026-11-25-train-2core-amd-epyc.md), for a copy of the small output.
+/// (Taller outputs, as the input gradient's unfolded columns, measured no gain, and their
+/// copy would cost as much as the product.)
 ///
 /// SAFETY: `a` and `b` must address `m x k` and `k x n` valid elements with their strides,
 /// and `dst` must hold at least `m * n` elements.
@@ -124,9 +125,10 @@ unsafe fn product<T: Float + 'static>(
     // In blocks of `TRANSPOSE_BLOCK` positions, whose `m` values each stay in L1 while the
     // block's rows of `dst` are written.
     for first in (0..n).step_by(TRANSPOSE_BLOCK) {
-        let block = &t[first * m..(first + TRANSPOSE_BLOCK).min(n) * m];
+        let count = TRANSPOSE_BLOCK.min(n - first);
+        let block = &t[first * m..][..count * m];
         for (i, row) in dst.chunks_exact_mut(n).take(m).enumerate() {
-            let row = &mut row[first..first + block.len() / m];
+            let row = &mut row[first..][..count];
             let column = block.iter().skip(i).step_by(m);
             if accumulate {
                 row.iter_mut().zip(column).for_each(|(d, &v)| *d = *d + v);

@@ -69,11 +69,7 @@ impl Plane<'_> {
     fn unfold_rows<T: Copy>(&self, src: &[T], dst: &mut [MaybeUninit<T>], pad: T) {
         let (w, wo, sw) = (self.w, self.wo, self.window.stride.1);
         let positions = self.ho * wo;
-        let fill = |out: &mut [MaybeUninit<T>]| {
-            out.iter_mut().for_each(|o| {
-                o.write(pad);
-            })
-        };
+        let fill = |out: &mut [MaybeUninit<T>]| fill_with(out, pad);
         self.for_each_run(|tap, oh, row, (lo, hi), first| {
             let out = &mut dst[tap * positions + oh * wo..][..wo];
             let Some(r) = row.filter(|_| lo < hi) else {
@@ -121,8 +117,8 @@ impl Plane<'_> {
             let rows = valid_range(self.ho, self.h, 1, i * d.0, p.0);
             for j in 0..k.1 {
                 let cols = valid_range(self.wo, self.w, 1, j * d.1, p.1);
-                let shift = (i * d.0) as isize - p.0 as isize;
-                f(i * k.1 + j, rows, cols, shift * self.w as isize + (j * d.1) as isize - p.1 as isize);
+                let (down, right) = ((i * d.0) as isize - p.0 as isize, (j * d.1) as isize - p.1 as isize);
+                f(i * k.1 + j, rows, cols, down * self.w as isize + right);
             }
         }
     }
@@ -131,11 +127,7 @@ impl Plane<'_> {
     /// element to its last, then the padding columns of each row and the padding rows.
     fn unfold_shifted<T: Copy>(&self, src: &[T], dst: &mut [MaybeUninit<T>], pad: T) {
         let (wo, positions) = (self.wo, self.ho * self.wo);
-        let fill = |out: &mut [MaybeUninit<T>]| {
-            out.iter_mut().for_each(|o| {
-                o.write(pad);
-            })
-        };
+        let fill = |out: &mut [MaybeUninit<T>]| fill_with(out, pad);
         self.for_each_shift(|tap, (r0, r1), (lo, hi), shift| {
             let out = &mut dst[tap * positions..][..positions];
             if r0 >= r1 || lo >= hi {
@@ -200,6 +192,13 @@ impl Plane<'_> {
             }
         });
     }
+}
+
+/// Writes `pad` to every element of `out`.
+fn fill_with<T: Copy>(out: &mut [MaybeUninit<T>], pad: T) {
+    out.iter_mut().for_each(|o| {
+        o.write(pad);
+    })
 }
 
 /// A vector of `planes` planes of `plane_len` elements, plane `i` written by

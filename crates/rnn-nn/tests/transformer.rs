@@ -147,7 +147,7 @@ test_device!(block_init_and_names_test, block_init_and_names);
 // ---------------------------------------------------------------- MultiHeadAttention options
 
 /// The fused causal flag and key lengths give what the equivalent mask tensors give, alone
-/// and combined with a mask tensor; a length of 0 is an error.
+/// and combined with a mask tensor; a length of 0 (or below) gives zero attention rows.
 fn attention_causal_and_key_length_options(device: Device) -> Result<()> {
     let dtype = widest_float(device);
     let p: Vec<Tensor> = block_params(30, 4)?[2..6].iter().map(|t| to(t, dtype, device)).collect::<Result<_>>()?;
@@ -167,9 +167,19 @@ fn attention_causal_and_key_length_options(device: Device) -> Result<()> {
     assert_close_on("key lengths", &attn.forward_with(&x, &x, &x, by_lengths)?, &want, tol);
     let mixed = AttentionMasks { key_padding_mask: Some(&padding), causal: true, ..Default::default() };
     assert_close_on("causal flag + padding tensor", &attn.forward_with(&x, &x, &x, mixed)?, &want, tol);
-    let empty = Tensor::from_vec(vec![3u32, 0], 2, device)?;
-    let masks = AttentionMasks { key_lengths: Some(&empty), ..Default::default() };
-    expect_err(attn.forward_with(&x, &x, &x, masks), "key_lengths[1] = 0");
+    // A length of 0, or a negative i64 one, leaves batch 1 no key: zero attention rows, so
+    // its output is out_proj's bias; batch 0 (every key) is as without a mask.
+    let unmasked = attn.forward_with(&x, &x, &x, AttentionMasks::default())?;
+    let bias_rows = p[3].reshape((1, 4))?.broadcast_as((3, 4))?;
+    for empty in [Tensor::from_vec(vec![3u32, 0], 2, device)?, Tensor::from_vec(vec![7i64, -2], 2, device)?] {
+        let masks = AttentionMasks { key_lengths: Some(&empty), ..Default::default() };
+        let out = attn.forward_with(&x, &x, &x, masks)?;
+        assert_close_on("length 0: bias rows", &out.narrow(0, 1, 1)?.squeeze(0)?, &bias_rows, tol);
+        assert_close_on("full length", &out.narrow(0, 0, 1)?, &unmasked.narrow(0, 0, 1)?, tol);
+    }
+    let float_lengths = Tensor::from_vec(vec![3.0f32, 1.0], 2, device)?;
+    let masks = AttentionMasks { key_lengths: Some(&float_lengths), ..Default::default() };
+    expect_err(attn.forward_with(&x, &x, &x, masks), "integers");
     Ok(())
 }
 test_device!(attention_causal_and_key_length_options_test, attention_causal_and_key_length_options);

@@ -11,16 +11,21 @@
 //! - `causal`: query `i` attends to keys `j <= i` (PyTorch's `is_causal`); handled inside
 //!   the fused attention, no mask tensor is made.
 //! - `key_lengths` `[B]` (u32 or i64): batch element `b` attends to its first `lengths[b]`
-//!   keys, also inside the fused attention. Each length must be at least 1.
+//!   keys, also inside the fused attention. The lengths are never read back (no GPU sync):
+//!   a length of 0 (or a negative one) gives that element zero attention rows, so its
+//!   output is `out_proj`'s bias, as PyTorch's `scaled_dot_product_attention` gives zero
+//!   rows for a boolean mask that hides every key.
 //! - `attn_mask` `[L, S]`, `[B, L, S]` or `[B * num_heads, L, S]` (PyTorch's 3-D layout):
 //!   u8, where **1 means "may not attend"** (PyTorch's bool mask), or float, added to the
 //!   scores (use -inf to forbid).
 //! - `key_padding_mask` `[B, S]`: u8 with **1 marking padding keys**, or float, added.
 //!
-//! A query row whose keys are all masked has no defined softmax; PyTorch returns NaN for
-//! it. We return an `InvalidArgument` error naming the row instead, so NaNs never reach the
-//! weights silently. Only masks that forbid with -inf can do that: a large finite negative
-//! float mask gives a uniform row.
+//! With mask tensors, a query row whose keys are all masked has no defined softmax;
+//! `torch.nn.MultiheadAttention` returns NaN for it. We return an `InvalidArgument` error
+//! naming the row instead, so NaNs never reach the weights silently. Only masks that forbid
+//! with -inf can do that: a large finite negative float mask gives a uniform row. That
+//! check reads a `[B, H, L]` flag back, a sync point on a GPU; the `causal` flag and
+//! `key_lengths` need none.
 
 use rnn_core::{scaled_dot_product_attention, AttentionMask, DType, Device, Epilogue, Error, Result, Tensor};
 
@@ -37,7 +42,7 @@ pub struct AttentionMasks<'a> {
     pub key_padding_mask: Option<&'a Tensor>,
     /// Query `i` attends to keys `j <= i` only.
     pub causal: bool,
-    /// `[B]` valid keys per batch element (u32 or i64), each at least 1.
+    /// `[B]` valid keys per batch element (u32 or i64); 0 gives that element zero attention rows.
     pub key_lengths: Option<&'a Tensor>,
 }
 
@@ -268,17 +273,12 @@ impl MultiHeadAttention {
     }
 }
 
-/// Key lengths are `[B]` integers, each at least 1: a batch element with no key would
-/// leave its queries nothing to attend to. Reads the lengths back (a sync point on a GPU).
+/// Key lengths are `[B]` integers. Only their shape and dtype are checked: their values
+/// stay where they are (on a GPU, reading them would wait for the device).
 fn check_key_lengths(lengths: &Tensor, batch: usize) -> Result<()> {
     if lengths.dims() != [batch] || lengths.dtype().is_float() {
         let msg =
             format!("key_lengths must be [B] = [{batch}] integers, got {:?} {:?}", lengths.dims(), lengths.dtype());
-        return Err(Error::invalid(NAME, msg));
-    }
-    let values = lengths.to_f64_vec()?;
-    if let Some(b) = values.iter().position(|&n| n < 1.0) {
-        let msg = format!("key_lengths[{b}] = {} leaves batch {b} no key to attend to; each must be >= 1", values[b]);
         return Err(Error::invalid(NAME, msg));
     }
     Ok(())

@@ -35,8 +35,11 @@ use crate::{DType, Error, Layout, Result, Shape, Tensor};
 pub struct AttentionMask {
     /// Query `i` attends to keys `j <= i` (top-left aligned, as PyTorch's `is_causal`).
     pub causal: bool,
-    /// `[B]` valid keys per batch element (u32 or i64): keys at positions `>= length` are
-    /// masked. Lengths above `Nk` mean every key.
+    /// `[B]` valid keys per batch element (u32, i64 or u8): keys at positions `>= length` are
+    /// masked. Lengths above `Nk` mean every key; a length of 0 (or a negative i64) means
+    /// none, and that element's output rows are zeros, as PyTorch's
+    /// `scaled_dot_product_attention` gives for a boolean mask that hides every key. The
+    /// lengths are never read back to the host, so they cost no GPU sync.
     pub key_lengths: Option<Tensor>,
     /// Added to the scaled scores; broadcastable to `[B, H, Nq, Nk]`, the dtype of `q`; may
     /// track gradients (ALiBi or learned relative positions). `-inf` masks a score.
@@ -109,7 +112,8 @@ pub fn scaled_dot_product_attention(
 
 const OP: &str = "scaled_dot_product_attention";
 
-/// The lengths as a `[B]` u32 tensor.
+/// The lengths as a `[B]` u32 tensor; negative i64 lengths become 0 (the cast alone would
+/// wrap them to "every key").
 fn key_lengths(lengths: &Tensor, q: &Tensor) -> Result<Tensor> {
     let batch = q.dims().first().copied().unwrap_or(0);
     if lengths.dims() != [batch] {
@@ -118,7 +122,8 @@ fn key_lengths(lengths: &Tensor, q: &Tensor) -> Result<Tensor> {
     }
     match lengths.dtype() {
         DType::U32 => Ok(lengths.clone()),
-        DType::I64 | DType::U8 => lengths.to_dtype(DType::U32),
+        DType::I64 => lengths.maximum_scalar(0.0)?.to_dtype(DType::U32),
+        DType::U8 => lengths.to_dtype(DType::U32),
         dtype => Err(Error::UnsupportedDType { op: OP, dtype, hint: ": key lengths are u32 or i64" }),
     }
 }

@@ -314,11 +314,12 @@ fn bench_mlp(bench: &mut Bench) -> CliResult<()> {
     let x = randn((batch, 784))?;
     let targets = random_targets(batch, classes)?;
     let name = "mlp_784_512_256_10_b128";
-    bench.measure(name, Score::Millis, || mlp.train_step(&x, &targets))?;
+    // On a CPU worker thread, as `Network::train` runs its steps.
+    bench.measure(name, Score::Millis, || rnn::on_cpu_workers(|| mlp.train_step(&x, &targets)))?;
     // The same step under bf16 autocast (f32 weights, bf16 matmuls, f32 loss), as
     // `torch.autocast("cpu", dtype=torch.bfloat16)` in the PyTorch twin.
     bench.measure("mlp_784_512_256_10_b128_bf16", Score::Millis, || {
-        rnn::autocast(DType::BF16, || mlp.train_step(&x, &targets))?
+        rnn::autocast(DType::BF16, || rnn::on_cpu_workers(|| mlp.train_step(&x, &targets)))?
     })?;
     record_floor(bench, name, mlp.step_flops(batch))
 }

@@ -132,7 +132,7 @@ impl AutocastGuard {
         Self::enter(None)
     }
 
-    fn enter(dtype: Option<DType>) -> Self {
+    pub(crate) fn enter(dtype: Option<DType>) -> Self {
         STATE.with(|s| {
             let mut s = s.borrow_mut();
             s.depth += 1;

@@ -90,13 +90,11 @@ pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Turns gradient recording off on this thread until dropped.
-pub struct NoGradGuard {
-    previous: bool,
-}
+pub struct NoGradGuard(#[allow(dead_code)] GradModeGuard);
 
 impl NoGradGuard {
     pub fn new() -> Self {
-        NoGradGuard { previous: GRAD_ENABLED.with(|g| g.replace(false)) }
+        NoGradGuard(GradModeGuard::set(false))
     }
 }
 
@@ -106,7 +104,18 @@ impl Default for NoGradGuard {
     }
 }
 
-impl Drop for NoGradGuard {
+/// Sets this thread's grad mode until dropped (to carry the caller's mode to another thread).
+pub(crate) struct GradModeGuard {
+    previous: bool,
+}
+
+impl GradModeGuard {
+    pub(crate) fn set(enabled: bool) -> Self {
+        GradModeGuard { previous: GRAD_ENABLED.with(|g| g.replace(enabled)) }
+    }
+}
+
+impl Drop for GradModeGuard {
     fn drop(&mut self) {
         GRAD_ENABLED.with(|g| g.set(self.previous));
     }

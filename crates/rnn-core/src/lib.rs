@@ -18,6 +18,7 @@ mod adapter_info;
 pub mod autocast;
 pub mod backend_stubs;
 mod backprop;
+mod cpu_workers;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod device;
@@ -55,6 +56,7 @@ pub use adapter_info::{wgpu_adapters, WgpuAdapterInfo};
 pub use autocast::{autocast, autocast_dtype, AutocastGuard, AutocastOp, CastPolicy};
 pub use backprop::{grad_enabled, no_grad, GradStore, NoGradGuard};
 pub use cpu::f32_gemm_is_packed as cpu_f32_gemm_is_packed;
+pub use cpu_workers::on_cpu_workers;
 pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{try_vec, Error, Result};

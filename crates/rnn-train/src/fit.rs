@@ -357,8 +357,14 @@ impl<'a> Trainer<'a> {
         // until a progress update (or, silent, the epoch's end) reads them.
         for (b, ids) in batches.enumerate() {
             let rows = ids.len();
-            let ids = Tensor::from_vec(ids, rows, self.net.device())?;
-            if let Some(value) = self.step(&x.index_select(&ids, 0)?, &t.rows(&ids)?, &mut totals)? {
+            let device = self.net.device();
+            let ids = Tensor::from_vec(ids, rows, device)?;
+            // A data-parallel step waits for the other ranks, which may be threads of this
+            // process needing the pool's workers: it stays on this thread.
+            let data_parallel = self.dp.is_some();
+            let mut step = || self.step(&x.index_select(&ids, 0)?, &t.rows(&ids)?, &mut totals);
+            let outcome = if data_parallel { step() } else { crate::step_thread(device, step) };
+            if let Some(value) = outcome? {
                 if self.config.on_non_finite == NonFinitePolicy::Stop {
                     let at = guard::steps(b + 1, b + 1, total);
                     return Err(Halt::NonFinite(format!("the loss is {value} at epoch {}, {at}", epoch + 1)));

@@ -145,13 +145,16 @@ pub fn train_gpt(
     for step in 1..=config.steps {
         model.set_training(true);
         let (x, y) = data.random_batch(&mut sampler, config.batch_size, config.context, device)?;
-        let loss = precision.forward(|| model.loss(&x, &y))?;
-        let mut grads = precision.scaled(&loss)?.backward()?;
-        precision.unscale(&mut grads, &params)?;
-        if config.clip_norm > 0.0 {
-            clip_grad_norm(&mut grads, &params, config.clip_norm)?;
-        }
-        precision.step(&mut optimizer, &mut grads, &params)?;
+        let loss = crate::step_thread(device, || -> Result<Tensor> {
+            let loss = precision.forward(|| model.loss(&x, &y))?;
+            let mut grads = precision.scaled(&loss)?.backward()?;
+            precision.unscale(&mut grads, &params)?;
+            if config.clip_norm > 0.0 {
+                clip_grad_norm(&mut grads, &params, config.clip_norm)?;
+            }
+            precision.step(&mut optimizer, &mut grads, &params)?;
+            Ok(loss)
+        })?;
         // Summed on the device: read back once per report, not once per step.
         let detached = loss.detach();
         loss_sum = Some(match loss_sum {

@@ -43,3 +43,14 @@ pub use inputs::IntoTensor;
 pub use language_model::{load_gpt, save_gpt, train_gpt, GptProgress, GptTrainConfig};
 pub use network::{Network, NetworkBuilder, DEFAULT_INIT_SEED};
 pub use spec::{ActivationFunction, LayerBuilder, LayerKind, LossFunction};
+
+/// Runs one training step: on a CPU worker thread when training on the CPU
+/// (`rnn_core::on_cpu_workers`: the step's parallel ops then skip the hand-off from an outside
+/// thread), in place on a GPU, whose backends batch their launches per thread. Not for a
+/// step that blocks on other threads (a collective): it would hold a worker they may need.
+fn step_thread<R: Send>(device: rnn_core::Device, step: impl FnOnce() -> R + Send) -> R {
+    match device.is_cpu() {
+        true => rnn_core::on_cpu_workers(step),
+        false => step(),
+    }
+}

@@ -134,9 +134,14 @@ pub fn best_epoch_seconds(n: usize, batch: usize, epochs: usize, device: Device)
         let mut loss_sum = Tensor::zeros((), DType::F32, device)?;
         for ids in order.chunks(batch) {
             let ids = Tensor::from_vec(ids.to_vec(), ids.len(), Device::Cpu)?.to_device(device)?;
-            let (xb, yb) = (x.index_select(&ids, 0)?, labels.index_select(&ids, 0)?);
-            let loss = cross_entropy(&net.forward(&xb)?, &yb)?;
-            opt.step(&loss.backward()?)?;
+            let mut step = || -> Result<Tensor> {
+                let (xb, yb) = (x.index_select(&ids, 0)?, labels.index_select(&ids, 0)?);
+                let loss = cross_entropy(&net.forward(&xb)?, &yb)?;
+                opt.step(&loss.backward()?)?;
+                Ok(loss)
+            };
+            // On the CPU, on a worker of the thread pool, as `Network::train` runs its steps.
+            let loss = if device.is_cpu() { rnn::on_cpu_workers(step)? } else { step()? };
             loss_sum = loss_sum.add(&loss.detach().mul_scalar(ids.elem_count() as f64)?)?;
         }
         let total = loss_sum.to_scalar::<f32>()?;

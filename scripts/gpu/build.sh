@@ -38,7 +38,7 @@ echo "binaries: $(du -sm "$OUT/bin" | cut -f1) MiB before compression"
 # -9 keeps a 64 MiB window, so the code the binaries share is stored once.
 tar -C "$OUT" -cf - bin | xz -9 -T0 > "$OUT/bin.tar.xz"
 rm -rf "$OUT/bin"
-cp scripts/gpu/run.sh bench/gpu_bench.py bench/attention_gpu_bench.py "$OUT/"
+cp scripts/gpu/run.sh bench/gpu_bench.py bench/attention_gpu_bench.py bench/timing.py bench/compare.py "$OUT/"
 size=$(du -sm "$OUT" | cut -f1)
 echo "gpu-build: ${size} MiB"
 if [ "$size" -ge 64 ]; then

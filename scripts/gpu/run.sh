@@ -4,8 +4,9 @@
 #   tests.txt        the core test suite with the CUDA device required
 #   memcheck.txt     the same under compute-sanitizer memcheck, when it is installed
 #   bench.txt/json   `rnn bench gpu` on cuda:0, and torch.txt the PyTorch twin in the same run
-#   torch_attention.json  torch's flash attention in bf16, forward and backward TFLOP/s (the
-#                    reference of the attention goals; rnn's side has no CUDA bench mode yet)
+#   attention.txt/json  `rnn bench attention --device cuda:0`: fused attention in bf16,
+#                    forward and backward TFLOP/s; torch_attention.json the twin (torch's
+#                    flash backend), attention_compare.md the two against the goals
 set -uo pipefail
 cd "$(dirname "$0")"
 if [ ! -d bin ]; then
@@ -36,9 +37,12 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
 fi
 
 ./bin/rnn bench gpu --device cuda:0 --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1 || status=1
+./bin/rnn bench attention --device cuda:0 --json "$OUT/attention.json" > "$OUT/attention.txt" 2>&1 || status=1
 if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
     python3 gpu_bench.py --json "$OUT/torch.json" > "$OUT/torch.txt" 2>&1 || status=1
     python3 attention_gpu_bench.py --json > "$OUT/torch_attention.json" 2> "$OUT/torch_attention.txt" || status=1
+    python3 compare.py "$OUT/attention.json" "$OUT/torch_attention.json" --markdown > "$OUT/attention_compare.md" 2>&1 ||
+        status=1
 fi
 cat "$OUT/bench.txt"
 exit $status

@@ -1,6 +1,7 @@
 //! The `rnn` command: `devices`, `bench`, `train`, `generate`.
 
 mod bench_attention;
+mod bench_attention_gpu;
 mod bench_cpu;
 mod bench_engine;
 mod bench_fused_nn;
@@ -61,9 +62,11 @@ enum BenchSuite {
     /// A GPU against its references in one run: op overhead, MLP training step and matmul vs
     /// the CPU backend; AdamW and memory-bound ops vs a device-to-device copy.
     Gpu(GpuBenchArgs),
-    /// Fused scaled dot-product attention on the CPU, forward and forward + backward: time,
-    /// GFLOP/s and peak extra memory (bench/attention_bench.py is the PyTorch twin).
-    Attention(CpuBenchArgs),
+    /// Fused scaled dot-product attention, forward and forward + backward. On the CPU: time,
+    /// GFLOP/s and peak extra memory (bench/attention_bench.py is the PyTorch twin); with
+    /// `--device cuda:N` or `wgpu:N`: TFLOP/s at N up to 16384, bf16 on CUDA
+    /// (bench/attention_gpu_bench.py, torch's flash backend, is the twin).
+    Attention(AttentionBenchArgs),
 }
 
 /// Options every benchmark suite takes.
@@ -81,12 +84,6 @@ struct BenchOptions {
 }
 
 #[derive(Args)]
-struct CpuBenchArgs {
-    #[command(flatten)]
-    options: BenchOptions,
-}
-
-#[derive(Args)]
 struct CpuSuiteArgs {
     #[command(flatten)]
     options: BenchOptions,
@@ -100,6 +97,18 @@ struct CpuSuiteArgs {
     /// (no twin: run it with and without RNN_CPU_F32_GEMM=packed to compare our kernels).
     #[arg(long, conflicts_with = "matmul_only")]
     gemm_shapes: bool,
+}
+
+#[derive(Args)]
+struct AttentionBenchArgs {
+    #[command(flatten)]
+    options: BenchOptions,
+    /// `cpu` (default), `cuda:N` or `wgpu:N` / `wgpu:<name>`.
+    #[arg(long)]
+    device: Option<String>,
+    /// On a GPU: these sequence lengths (comma-separated) instead of 1024,4096,16384.
+    #[arg(long, value_delimiter = ',', value_name = "N,..")]
+    lengths: Vec<usize>,
 }
 
 #[derive(Args)]
@@ -174,8 +183,19 @@ fn bench_cpu(args: &CpuSuiteArgs) -> CliResult<()> {
     run_bench(&args.options, |out| bench_cpu::run(sizes, args.options.quick, out))
 }
 
-fn bench_attention(args: &CpuBenchArgs) -> CliResult<()> {
+fn bench_attention(args: &AttentionBenchArgs) -> CliResult<()> {
     let quick = args.options.quick;
+    let device = args.device.as_deref().map(rnn::Device::parse).transpose()?.unwrap_or(rnn::Device::Cpu);
+    if !device.is_cpu() {
+        let mut sizes = bench_attention_gpu::GpuAttentionSizes::new(quick);
+        if !args.lengths.is_empty() {
+            sizes.lengths = args.lengths.clone();
+        }
+        return run_bench(&args.options, |out| bench_attention_gpu::run(&sizes, device, out));
+    }
+    if !args.lengths.is_empty() {
+        return Err("--lengths applies to a GPU device (--device cuda:N or wgpu:N)".into());
+    }
     let sizes = if quick { bench_attention::AttentionSizes::QUICK } else { bench_attention::AttentionSizes::FULL };
     run_bench(&args.options, |out| bench_attention::run(sizes, quick, out))
 }

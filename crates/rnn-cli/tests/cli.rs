@@ -279,3 +279,38 @@ fn an_empty_gpu_device_variable_is_unset_and_devices_fails_on_errors() {
         assert!(text(&out.stdout).contains("best device: error"), "{}", text(&out.stdout));
     }
 }
+
+/// The GPU attention benchmark names its records as its PyTorch twin does
+/// (`bench/attention_gpu_bench.py`); on lavapipe when CI provides it, at lengths a software
+/// adapter runs in seconds. Without a GPU, asking for CUDA is a clean error; so is
+/// `--lengths` on the CPU.
+#[test]
+fn gpu_attention_bench_matches_its_twin_or_fails_cleanly() {
+    let out = rnn(&["bench", "attention", "--quick", "--device", "cuda:0"]);
+    if !out.status.success() {
+        assert_clean_error(&out, &["cuda"], "bench attention --device cuda:0");
+    }
+    let out = rnn(&["bench", "attention", "--quick", "--lengths", "16"]);
+    assert_clean_error(&out, &["--lengths applies to a GPU"], "bench attention --lengths on the CPU");
+    if !std::env::var("RNN_REQUIRE_GPU").is_ok_and(|v| v.contains("wgpu")) {
+        eprintln!("skipped the wgpu run: RNN_REQUIRE_GPU does not name wgpu");
+        return;
+    }
+    let json_path = temp_dir("bench-attention-gpu").with_extension("json");
+    let json = json_path.to_str().unwrap();
+    let out = rnn(&["bench", "attention", "--quick", "--device", "wgpu:0", "--lengths", "16,40", "--json", json]);
+    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    let records: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    std::fs::remove_file(&json_path).ok();
+    let mut want = Vec::new();
+    for d in [64, 128] {
+        for n in [16, 40] {
+            for mask in ["full", "causal"] {
+                want.extend(["fwd", "bwd"].map(|pass| format!("attention_{pass}_n{n}_d{d}_{mask}")));
+            }
+        }
+    }
+    let names: Vec<&str> = records.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, want);
+    assert!(records.iter().all(|r| r["value"].as_f64().unwrap() > 0.0 && r["metric"] == "TFLOP/s"));
+}

@@ -359,11 +359,11 @@ impl<'a> Trainer<'a> {
             let rows = ids.len();
             let device = self.net.device();
             let ids = Tensor::from_vec(ids, rows, device)?;
-            // A data-parallel step waits for the other ranks, which may be threads of this
-            // process needing the pool's workers: it stays on this thread.
-            let data_parallel = self.dp.is_some();
+            // A data-parallel step waits for the other ranks: when they are threads of this
+            // process, they may need the pool's workers, so the step stays on this thread.
+            let thread_ranks = self.dp.as_ref().is_some_and(|d| d.shares_process());
             let mut step = || self.step(&x.index_select(&ids, 0)?, &t.rows(&ids)?, &mut totals);
-            let outcome = if data_parallel { step() } else { crate::step_thread(device, step) };
+            let outcome = if thread_ranks { step() } else { crate::step_thread(device, step) };
             if let Some(value) = outcome? {
                 if self.config.on_non_finite == NonFinitePolicy::Stop {
                     let at = guard::steps(b + 1, b + 1, total);

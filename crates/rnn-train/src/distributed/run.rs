@@ -80,6 +80,12 @@ impl ParallelRun {
         Ok((averaged, extras.first().copied().unwrap_or(f64::NAN)))
     }
 
+    /// Whether other ranks of the group are threads of this process, sharing its CPU thread
+    /// pool: a step blocked in a collective must then not hold one of the pool's workers.
+    pub fn shares_process(&self) -> bool {
+        self.dp.group.backend() == rnn_dist::Backend::Threads
+    }
+
     /// Seconds this rank waited for averaged gradients after its backward passes since the
     /// last call (then zero again).
     pub fn take_comm_wait(&self) -> f64 {

@@ -107,7 +107,7 @@ fn workloads(lengths: &[usize]) -> Vec<Workload> {
 }
 
 /// Multiply-adds x 2 of the forward (`q kᵀ` and `p v`), halved by a causal mask.
-fn forward_flops([b, h, n, d]: [usize; 4], causal: bool) -> f64 {
+pub(crate) fn forward_flops([b, h, n, d]: [usize; 4], causal: bool) -> f64 {
     let full = 4.0 * (b * h * d) as f64 * (n * n) as f64;
     if causal {
         full / 2.0

@@ -46,15 +46,6 @@ fn bench_dtype(device: Device) -> DType {
     }
 }
 
-fn forward_flops(n: usize, d: usize, causal: bool) -> f64 {
-    let full = 4.0 * (BATCH * HEADS * d) as f64 * (n * n) as f64;
-    if causal {
-        full / 2.0
-    } else {
-        full
-    }
-}
-
 /// Runs every size on `device`, printing a line per shape to `out`.
 pub fn run(sizes: &GpuAttentionSizes, device: Device, out: &mut dyn Write) -> CliResult<Vec<Record>> {
     device.check_available()?;
@@ -70,7 +61,7 @@ pub fn run(sizes: &GpuAttentionSizes, device: Device, out: &mut dyn Write) -> Cl
         for &n in &sizes.lengths {
             for causal in [false, true] {
                 let (fwd, bwd) = measure([BATCH, HEADS, n, d], causal, dtype, device, sizes.timing)?;
-                let flops = forward_flops(n, d, causal);
+                let flops = crate::bench_attention::forward_flops([BATCH, HEADS, n, d], causal);
                 let (fwd_tf, bwd_tf) = (flops / fwd / 1e12, 2.5 * flops / bwd / 1e12);
                 let tag = format!("n{n}_d{d}_{}", if causal { "causal" } else { "full" });
                 writeln!(

@@ -95,9 +95,11 @@ fn sigmoid<F: Float>(x: F) -> F {
 
 #[inline(always)]
 fn gelu_tanh<F: Float>(x: F) -> F {
-    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-    let inner = F::c(0.7978845608028654) * (x + F::c(0.044715) * x * x * x);
-    F::c(0.5) * x * (F::c(1.0) + inner.vtanh())
+    // 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as the identical
+    // x sigmoid(2u): one exp and one division instead of tanh's polynomial, exp, division and
+    // selects, and no cancellation in 1 + tanh(u) for negative x.
+    let two_u = F::c(2.0 * 0.7978845608028654) * (x + F::c(0.044715) * x * x * x);
+    x / (F::c(1.0) + (-two_u).vexp())
 }
 
 #[inline(always)]

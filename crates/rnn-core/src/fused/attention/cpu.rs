@@ -26,6 +26,10 @@ use crate::{DType, Error, Layout, Result};
 pub(super) const BR: usize = 64;
 /// Keys per tile.
 pub(super) const BC: usize = 64;
+/// Query rows per piece of a tile that the causal diagonal crosses (see
+/// [`Problem::pieces`]): one column block of the f32 kernel, so that each piece's keys end
+/// within one block of its diagonal.
+const DIAGONAL_ROWS: usize = 16;
 
 /// The compute types: f32 and f64.
 pub(super) trait Compute: Float + bytemuck::Zeroable + Send + Sync + 'static {}
@@ -63,6 +67,24 @@ impl<C: Compute> Problem<'_, C> {
         } else {
             end
         }
+    }
+
+    /// The pieces `(query rows, keys)` in which query block `rows` of batch element `b` meets
+    /// key tile `keys`: the block with the keys it may see, or, where the causal diagonal
+    /// crosses the tile, strips of [`DIAGONAL_ROWS`] rows, each with only the keys up to its
+    /// own last row. The hidden triangle is then mostly skipped instead of computed and
+    /// masked: 62% of the products of a `64 x 64` diagonal tile. Pieces seeing no key are
+    /// left out.
+    pub fn pieces(&self, b: usize, rows: &Range<usize>, keys: &Range<usize>) -> impl Iterator<Item = Pieces> + '_ {
+        let crossed = self.causal && keys.end > rows.start + 1;
+        let step = if crossed { DIAGONAL_ROWS } else { rows.len().max(1) };
+        let (keys, end) = (keys.clone(), rows.end);
+        (rows.start..end).step_by(step).map(move |first| {
+            let part = first..(first + step).min(end);
+            let cols = keys.start..keys.end.min(self.key_end(b, &part));
+            (part, cols)
+        })
+        .filter(|(_, cols)| !cols.is_empty())
     }
 
     /// Adds the bias to the score tile `s` of rows `rows` and keys `cols` (row stride
@@ -103,15 +125,20 @@ impl<C: Compute> Problem<'_, C> {
         (k, v)
     }
 
-    /// `s = q[rows] kᵀ · scale + bias` for the key tile `cols` whose transpose is `kt`
-    /// (row stride `ld`, see [`transpose_tile`]), masked; `s` has row stride `ld`.
+    /// `s = q[rows] kᵀ · scale + bias` for the keys `cols`, the first keys of a tile whose
+    /// transpose is `kt` (row stride `ld`, see [`transpose_tile`]), masked; `s` has row
+    /// stride `ld`. Columns up to `padded(cols.len())` are written.
     pub fn scores(&self, bh: usize, rows: &Range<usize>, cols: &Range<usize>, kt: &[C], s: &mut [C], ld: usize) {
         let d = self.dims.d;
         let q = Mat::rows(self.q_rows(bh, rows), d);
-        tile_product((rows.len(), ld, d), (s, ld), false, q, Mat::rows(kt, ld), self.scale);
+        let n = padded(cols.len()).min(ld);
+        tile_product((rows.len(), n, d), (s, ld), false, q, Mat::rows(kt, ld), self.scale);
         self.mask_tile(bh, rows, cols, s, ld);
     }
 }
+
+/// A piece of a tile: its query rows and keys (see [`Problem::pieces`]).
+pub(super) type Pieces = (Range<usize>, Range<usize>);
 
 /// The width `bc` keys take in a transposed tile: a whole number of the f32 kernel's
 /// column blocks, so that it runs on every tile.

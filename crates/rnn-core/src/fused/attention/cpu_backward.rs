@@ -214,9 +214,8 @@ fn key_tile<C: Compute>(
     (dq, dk, dv): (&mut [C], &mut [C], &mut [C]),
     scratch: &mut Scratch<C>,
 ) {
-    let Dims { nq, d, dv: width_v, .. } = p.dims;
-    let bc = cols.len();
-    let ld = padded(bc);
+    let Dims { heads, nq, d, dv: width_v, .. } = p.dims;
+    let ld = padded(cols.len());
     let (k, v) = p.kv_rows(bh, cols);
     let Scratch { s, p: probs, dp, kt, vt } = scratch;
     transpose_tile(k, d, kt, ld);
@@ -224,35 +223,54 @@ fn key_tile<C: Compute>(
     // Causal: rows before the tile's first key see none of it.
     let first_row = if p.causal { cols.start } else { 0 };
     for start in (first_row..nq).step_by(BR) {
-        let rows = start..(start + BR).min(nq);
-        let br = rows.len();
-        p.scores(bh, &rows, cols, kt, s, ld);
-        let row0 = bh * nq + rows.start;
-        for r in 0..br {
-            let (srow, prow) = (&s[r * ld..][..bc], &mut probs[r * ld..][..bc]);
-            let lse = saved.lse[row0 + r];
-            if lse == C::neg_infinity() {
-                prow.fill(C::zero()); // a fully masked row
-            } else {
-                exp_sum(srow, lse, prow);
-            }
+        let block = start..(start + BR).min(nq);
+        for (rows, keys) in p.pieces(bh / heads, &block, cols) {
+            let (k, dk, dv) = (&k[..keys.len() * d], &mut dk[..keys.len() * d], &mut dv[..keys.len() * width_v]);
+            let tiles = (&mut s[..], &mut probs[..], &mut dp[..]);
+            piece(p, saved, (bh, &rows, &keys), (&kt[..], &vt[..], ld, k), (&mut *dq, dk, dv), tiles);
         }
-        let d_o = &saved.d_o[row0 * width_v..][..br * width_v];
-        tile_product_add((bc, width_v, br), dv, Mat::cols(probs, ld), Mat::rows(d_o, width_v), C::one());
-        tile_product((br, ld, width_v), (dp, ld), false, Mat::rows(d_o, width_v), Mat::rows(vt, ld), C::one());
-        // dS = P ∘ (dP - delta), into the score tile.
-        for r in 0..br {
-            let delta = saved.delta[row0 + r];
-            let srow = &mut s[r * ld..][..bc];
-            zip_slice(&probs[r * ld..][..bc], &dp[r * ld..][..bc], srow, &|pv: C, dpv: C| pv * (dpv - delta));
-            if let Some(dbias) = &saved.dbias {
-                // SAFETY: only the task owning key tile `cols` of head `bh` writes these columns.
-                unsafe { dbias.write((row0 + r) * p.dims.nk + cols.start, srow) };
-            }
-        }
-        let q = p.q_rows(bh, &rows);
-        tile_product_add((bc, d, br), dk, Mat::cols(s, ld), Mat::rows(q, d), p.scale);
-        let dq_rows = &mut dq[rows.start * d..][..br * d];
-        tile_product((br, d, bc), (dq_rows, d), true, Mat::rows(s, ld), Mat::rows(k, d), p.scale);
     }
+}
+
+/// The part of [`key_tile`] for query rows `rows` and keys `cols` (the first keys of the
+/// tile, whose `Kᵀ` / `Vᵀ` are `kt` / `vt` with row stride `ld`, and `k` its rows of K).
+fn piece<C: Compute>(
+    p: &Problem<C>,
+    saved: &Saved<C>,
+    (bh, rows, cols): (usize, &Range<usize>, &Range<usize>),
+    (kt, vt, ld, k): (&[C], &[C], usize, &[C]),
+    (dq, dk, dv): (&mut [C], &mut [C], &mut [C]),
+    (s, probs, dp): (&mut [C], &mut [C], &mut [C]),
+) {
+    let Dims { nq, d, dv: width_v, .. } = p.dims;
+    let (br, bc) = (rows.len(), cols.len());
+    let n = padded(bc);
+    p.scores(bh, rows, cols, kt, s, ld);
+    let row0 = bh * nq + rows.start;
+    for r in 0..br {
+        let (srow, prow) = (&s[r * ld..][..bc], &mut probs[r * ld..][..bc]);
+        let lse = saved.lse[row0 + r];
+        if lse == C::neg_infinity() {
+            prow.fill(C::zero()); // a fully masked row
+        } else {
+            exp_sum(srow, lse, prow);
+        }
+    }
+    let d_o = &saved.d_o[row0 * width_v..][..br * width_v];
+    tile_product_add((bc, width_v, br), dv, Mat::cols(probs, ld), Mat::rows(d_o, width_v), C::one());
+    tile_product((br, n, width_v), (dp, ld), false, Mat::rows(d_o, width_v), Mat::rows(vt, ld), C::one());
+    // dS = P ∘ (dP - delta), into the score tile.
+    for r in 0..br {
+        let delta = saved.delta[row0 + r];
+        let srow = &mut s[r * ld..][..bc];
+        zip_slice(&probs[r * ld..][..bc], &dp[r * ld..][..bc], srow, &|pv: C, dpv: C| pv * (dpv - delta));
+        if let Some(dbias) = &saved.dbias {
+            // SAFETY: only the task owning key tile `cols` of head `bh` writes these columns.
+            unsafe { dbias.write((row0 + r) * p.dims.nk + cols.start, srow) };
+        }
+    }
+    let q = p.q_rows(bh, rows);
+    tile_product_add((bc, d, br), dk, Mat::cols(s, ld), Mat::rows(q, d), p.scale);
+    let dq_rows = &mut dq[rows.start * d..][..br * d];
+    tile_product((br, d, bc), (dq_rows, d), true, Mat::rows(s, ld), Mat::rows(k, d), p.scale);
 }

@@ -1,6 +1,7 @@
 //! The forward on the CPU. One task per (batch, head, group of up to [`BLOCKS`] blocks of
 //! `BR` query rows), spread over rayon's threads. A task walks the key tiles its rows may see
-//! (causally hidden and padded tiles are skipped, not masked), transposes each once
+//! (causally hidden and padded tiles are skipped, not masked, and tiles the causal diagonal
+//! crosses are taken in strips: `Problem::pieces`), transposes each once
 //! (`Kᵀ`, the score product's right operand) and runs every query block of the group over
 //! it, with an online softmax: per row a running max `m` and sum `l`, the output rows
 //! accumulated in place and rescaled when `m` grows. At the end `o = acc / l` and the saved
@@ -109,15 +110,13 @@ fn group<C: Compute>(p: &Problem<C>, t: Task<C>, scratch: &mut Scratch<C>) {
         transpose_tile(p.kv_rows(t.bh, &keys).0, d, &mut scratch.kt, ld);
         for first in (t.rows.start..t.rows.end).step_by(BR) {
             let block = first..(first + BR).min(t.rows.end);
-            let cols = start..keys.end.min(p.key_end(b, &block));
-            if cols.is_empty() {
-                continue; // every key of this tile is hidden from the block
+            for (rows, cols) in p.pieces(b, &block, &keys) {
+                let at = rows.start - t.rows.start;
+                let o = &mut t.o[at * dv..][..rows.len() * dv];
+                let stats = (&mut scratch.m[at..][..rows.len()], &mut scratch.l[at..][..rows.len()]);
+                let tiles = (&scratch.kt[..], &mut scratch.s[..], &mut scratch.p[..], ld);
+                key_tile(p, (t.bh, &rows, &cols), tiles, o, stats);
             }
-            let at = first - t.rows.start;
-            let o = &mut t.o[at * dv..][..block.len() * dv];
-            let stats = (&mut scratch.m[at..][..block.len()], &mut scratch.l[at..][..block.len()]);
-            let tiles = (&scratch.kt[..], &mut scratch.s[..], &mut scratch.p[..], ld);
-            key_tile(p, (t.bh, &block, &cols), tiles, o, stats);
         }
     }
     let (m, l) = (&scratch.m[..rows], &scratch.l[..rows]);
@@ -133,8 +132,8 @@ fn group<C: Compute>(p: &Problem<C>, t: Task<C>, scratch: &mut Scratch<C>) {
     }
 }
 
-/// Folds the key tile `cols` (transposed in `kt`, row stride `ld`) into the output rows `o`
-/// and the running max and sum of query block `rows` of head `bh`.
+/// Folds the keys `cols` (the first of a tile transposed in `kt`, row stride `ld`) into the
+/// output rows `o` and the running max and sum of query rows `rows` of head `bh`.
 fn key_tile<C: Compute>(
     p: &Problem<C>,
     (bh, rows, cols): (usize, &Range<usize>, &Range<usize>),

@@ -222,7 +222,13 @@ fn run_case(c: &Case, dtype: DType, device: Device) -> Result<()> {
     let tol = tolerance(dtype);
     check(&format!("{on}: output"), &o, &want.o, tol_on(device, tol.result));
     let w = Tensor::from_vec(x.w.clone(), o.dims(), CPU)?.to_dtype(dtype)?.to_device(device)?;
-    let grads = o.mul(&w)?.sum_all()?.backward()?;
+    // Where q has its heads inside the rows, so does the loss: the output's gradient then
+    // arrives as the `[B, H, N, D]` view of a `[B, N, H, D]` tensor, as in a transformer.
+    let loss = match c.views[0] {
+        View::HeadsInner => o.transpose(1, 2)?.mul(&w.transpose(1, 2)?)?,
+        _ => o.mul(&w)?,
+    };
+    let grads = loss.sum_all()?.backward()?;
     let gtol = tol_on(device, tol.grad);
     for (name, t, want) in [("q", &q, &want.dq), ("k", &k, &want.dk), ("v", &v, &want.dv)] {
         let g = grads.get(t).unwrap_or_else(|| panic!("{on}: no gradient for {name}"));

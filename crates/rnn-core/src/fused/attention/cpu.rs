@@ -44,12 +44,36 @@ pub(super) struct Bias<'a, C: Clone> {
     strides: [usize; 4],
 }
 
-/// One attention problem in compute type `C`: q, k, v contiguous, and the masks.
+/// A `[B, H, N, W]` input (q, k, v, dO) whose rows, the last dim, are contiguous: borrowed
+/// with its strides where the layout allows (the heads of a packed `[B, N, 3, H, D]`
+/// projection, say), else a contiguous copy (other strides, f16 / bf16 inputs).
+pub(super) struct Heads<'a, C: Clone> {
+    data: Cow<'a, [C]>,
+    offset: usize,
+    /// Strides of batch, head and row.
+    strides: [usize; 3],
+    heads: usize,
+    width: usize,
+}
+
+impl<C: Compute> Heads<'_, C> {
+    /// Rows `rows` of head `bh` (batch x heads + head): `rows.len() x width`.
+    pub fn rows(&self, bh: usize, rows: &Range<usize>) -> Mat<'_, C> {
+        let [sb, sh, sn] = self.strides;
+        if rows.is_empty() || self.width == 0 {
+            return Mat { data: &[], rs: sn, cs: 1 };
+        }
+        let at = self.offset + (bh / self.heads) * sb + (bh % self.heads) * sh + rows.start * sn;
+        Mat { data: &self.data[at..][..(rows.len() - 1) * sn + self.width], rs: sn, cs: 1 }
+    }
+}
+
+/// One attention problem in compute type `C`: q, k, v by rows, and the masks.
 pub(super) struct Problem<'a, C: Clone> {
     pub dims: Dims,
-    pub q: Cow<'a, [C]>,
-    pub k: Cow<'a, [C]>,
-    pub v: Cow<'a, [C]>,
+    pub q: Heads<'a, C>,
+    pub k: Heads<'a, C>,
+    pub v: Heads<'a, C>,
     pub scale: C,
     pub causal: bool,
     /// Valid keys of each batch element (at most Nk).
@@ -111,26 +135,12 @@ impl<C: Compute> Problem<'_, C> {
         }
     }
 
-    /// The rows `rows` of q of head `bh`, row-major.
-    pub fn q_rows(&self, bh: usize, rows: &Range<usize>) -> &[C] {
-        let Dims { nq, d, .. } = self.dims;
-        &self.q[(bh * nq + rows.start) * d..][..rows.len() * d]
-    }
-
-    /// The rows `keys` of k and of v of head `bh`, row-major.
-    pub fn kv_rows(&self, bh: usize, keys: &Range<usize>) -> (&[C], &[C]) {
-        let Dims { nk, d, dv, .. } = self.dims;
-        let k = &self.k[(bh * nk + keys.start) * d..][..keys.len() * d];
-        let v = &self.v[(bh * nk + keys.start) * dv..][..keys.len() * dv];
-        (k, v)
-    }
-
     /// `s = q[rows] kᵀ · scale + bias` for the keys `cols`, the first keys of a tile whose
     /// transpose is `kt` (row stride `ld`, see [`transpose_tile`]), masked; `s` has row
     /// stride `ld`. Columns up to `padded(cols.len())` are written.
     pub fn scores(&self, bh: usize, rows: &Range<usize>, cols: &Range<usize>, kt: &[C], s: &mut [C], ld: usize) {
         let d = self.dims.d;
-        let q = Mat::rows(self.q_rows(bh, rows), d);
+        let q = self.q.rows(bh, rows);
         let n = padded(cols.len()).min(ld);
         tile_product((rows.len(), n, d), (s, ld), false, q, Mat::rows(kt, ld), self.scale);
         self.mask_tile(bh, rows, cols, s, ld);
@@ -146,13 +156,13 @@ pub(super) fn padded(bc: usize) -> usize {
     bc.next_multiple_of(super::cpu_kernel::NR)
 }
 
-/// `dst` (`width x ld`, row-major) = the transpose of `src` (`rows x width`, row-major),
-/// zero in the columns from `rows` to `ld`.
-pub(super) fn transpose_tile<C: Compute>(src: &[C], width: usize, dst: &mut [C], ld: usize) {
-    let rows = src.len().checked_div(width).unwrap_or(0);
+/// `dst` (`width x ld`, row-major) = the transpose of `src` (`rows x width`), zero in the
+/// columns from `rows` to `ld`.
+pub(super) fn transpose_tile<C: Compute>(src: Mat<C>, (rows, width): (usize, usize), dst: &mut [C], ld: usize) {
+    src.check(rows, width);
     for (x, out) in dst.chunks_exact_mut(ld).take(width).enumerate() {
         for (j, o) in out[..rows].iter_mut().enumerate() {
-            *o = src[j * width + x];
+            *o = src.data[j * src.rs + x * src.cs];
         }
         out[rows..].fill(C::zero());
     }
@@ -174,6 +184,11 @@ impl<'a, C> Mat<'a, C> {
     /// The transpose of row-major rows of `width` elements.
     pub fn cols(data: &'a [C], width: usize) -> Self {
         Mat { data, rs: 1, cs: width }
+    }
+    /// Row `r`'s first `width` elements (unit column stride).
+    pub fn row(&self, r: usize, width: usize) -> &'a [C] {
+        debug_assert!(self.cs == 1, "a row of a matrix with contiguous rows");
+        &self.data[r * self.rs..][..width]
     }
     /// Panics unless `rows x cols` elements with these strides lie inside the slice (what
     /// makes the `gemm` call below sound).
@@ -300,6 +315,23 @@ fn compute_input<'a, C: Compute>((s, l): (&'a CpuStorage, &Layout)) -> Result<Co
     }
 }
 
+/// A `[B, H, N, W]` input by rows (see [`Heads`]).
+pub(super) fn heads_input<'a, C: Compute>((s, l): (&'a CpuStorage, &Layout)) -> Result<Heads<'a, C>> {
+    let (dims, st) = (l.dims(), l.strides());
+    if dims.len() != 4 {
+        return Err(Error::Msg(format!("internal: attention input of shape {dims:?}, not [B, H, N, D]")));
+    }
+    let rows_contiguous = st[3] == 1 || dims[3] <= 1;
+    let same_type = matches!((s, C::is_f32()), (CpuStorage::F32(_), true) | (CpuStorage::F64(_), false));
+    let (data, offset, strides) = if rows_contiguous && same_type && l.storage_extent() <= s.len() {
+        (compute_input((s, &Layout::contiguous(s.len())))?, l.start_offset(), [st[0], st[1], st[2]])
+    } else {
+        let (h, n, w) = (dims[1], dims[2], dims[3]);
+        (compute_input((s, l))?, 0, [h * n * w, n * w, w])
+    };
+    Ok(Heads { data, offset, strides, heads: dims[1], width: dims[3] })
+}
+
 /// Whether the compute type is f32 (else f64).
 trait IsF32 {
     fn is_f32() -> bool;
@@ -357,9 +389,9 @@ pub(super) fn problem<'a, C: Compute>(
     let dims = Dims::of(inputs[0].1.dims(), inputs[1].1.dims(), inputs[2].1.dims());
     Ok(Problem {
         dims,
-        q: compute_input(inputs[0])?,
-        k: compute_input(inputs[1])?,
-        v: compute_input(inputs[2])?,
+        q: heads_input(inputs[0])?,
+        k: heads_input(inputs[1])?,
+        v: heads_input(inputs[2])?,
         scale: C::c(op.scale),
         causal: op.causal,
         lengths: lengths(lengths_at.map(|i| inputs[i]), &dims)?,

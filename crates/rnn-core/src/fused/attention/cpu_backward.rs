@@ -17,8 +17,8 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::cpu::{
-    compute_slice, exp_sum, padded, problem, tile_product, tile_product_add, transpose_tile, Compute, Mat, Problem, BC,
-    BR,
+    compute_slice, exp_sum, heads_input, padded, problem, tile_product, tile_product_add, transpose_tile, Compute, Heads,
+    Mat, Problem, BC, BR,
 };
 use super::{AttentionBackward, Dims};
 use crate::cpu::parallel::zeroed_vec;
@@ -31,8 +31,8 @@ const PAR_FLOPS: usize = 1 << 18;
 
 /// What every task reads: dO, the saved log-sum-exp, delta; and the bias gradient it
 /// writes.
-struct Saved<'a, C> {
-    d_o: &'a [C],
+struct Saved<'a, C: Clone> {
+    d_o: Heads<'a, C>,
     lse: &'a [C],
     delta: &'a [C],
     dbias: Option<SharedRows<C>>,
@@ -89,21 +89,20 @@ struct Task<'a, C> {
 /// dq, dk, dv (and the bias gradient when asked), contiguous, in `C`.
 pub(super) fn run<C: Compute>(op: &AttentionBackward, inputs: &[(&CpuStorage, &Layout)]) -> Result<Vec<Vec<C>>> {
     let p = problem::<C>(&op.fwd, inputs, (op.lengths_input(), op.bias_input()))?;
-    let (o, d_o, lse) =
-        (compute_slice::<C>(inputs[3])?, compute_slice::<C>(inputs[4])?, compute_slice::<C>(inputs[5])?);
+    let (o, d_o, lse) = (compute_slice::<C>(inputs[3])?, heads_input::<C>(inputs[4])?, compute_slice::<C>(inputs[5])?);
     let Dims { batch, heads, nq, nk, d, dv } = p.dims;
     let n_heads = batch * heads;
     let delta: Vec<C> = if dv == 0 {
         vec![C::zero(); n_heads * nq]
     } else {
-        o.chunks_exact(dv).zip(d_o.chunks_exact(dv)).map(|(a, b)| dot(a, b)).collect()
+        deltas(&o, &d_o, (n_heads, nq, dv))
     };
     let mut dq = zeroed_vec::<C>(n_heads * nq * d)?;
     let mut dk = zeroed_vec::<C>(n_heads * nk * d)?;
     let mut dvs = zeroed_vec::<C>(n_heads * nk * dv)?;
     let mut dbias = zeroed_vec::<C>(if op.bias_grad { n_heads * nq * nk } else { 0 })?;
     let shared = op.bias_grad.then_some(SharedRows { ptr: dbias.as_mut_ptr(), len: dbias.len() });
-    let saved = Saved { d_o: &d_o, lse: &lse, delta: &delta, dbias: shared };
+    let saved = Saved { d_o, lse: &lse, delta: &delta, dbias: shared };
     let groups =
         if n_heads >= rayon::current_num_threads() { 1 } else { rayon::current_num_threads().div_ceil(n_heads.max(1)) };
     let tasks = split_tasks(&p, groups, &mut dq, &mut dk, &mut dvs);
@@ -127,6 +126,16 @@ pub(super) fn run<C: Compute>(op: &AttentionBackward, inputs: &[(&CpuStorage, &L
         grads.push(dbias);
     }
     Ok(grads)
+}
+
+/// `delta = rowsum(dO ∘ O)` for every row of every head; `o` contiguous, rows of `dv`.
+fn deltas<C: Compute>(o: &[C], d_o: &Heads<C>, (n_heads, nq, dv): (usize, usize, usize)) -> Vec<C> {
+    let mut delta = Vec::with_capacity(n_heads * nq);
+    for bh in 0..n_heads {
+        let g = d_o.rows(bh, &(0..nq));
+        delta.extend((0..nq).map(|r| dot(&o[(bh * nq + r) * dv..][..dv], g.row(r, dv))));
+    }
+    delta
 }
 
 fn dot<C: Compute>(a: &[C], b: &[C]) -> C {
@@ -216,29 +225,28 @@ fn key_tile<C: Compute>(
 ) {
     let Dims { heads, nq, d, dv: width_v, .. } = p.dims;
     let ld = padded(cols.len());
-    let (k, v) = p.kv_rows(bh, cols);
     let Scratch { s, p: probs, dp, kt, vt } = scratch;
-    transpose_tile(k, d, kt, ld);
-    transpose_tile(v, width_v, vt, ld);
+    transpose_tile(p.k.rows(bh, cols), (cols.len(), d), kt, ld);
+    transpose_tile(p.v.rows(bh, cols), (cols.len(), width_v), vt, ld);
     // Causal: rows before the tile's first key see none of it.
     let first_row = if p.causal { cols.start } else { 0 };
     for start in (first_row..nq).step_by(BR) {
         let block = start..(start + BR).min(nq);
         for (rows, keys) in p.pieces(bh / heads, &block, cols) {
-            let (k, dk, dv) = (&k[..keys.len() * d], &mut dk[..keys.len() * d], &mut dv[..keys.len() * width_v]);
+            let (dk, dv) = (&mut dk[..keys.len() * d], &mut dv[..keys.len() * width_v]);
             let tiles = (&mut s[..], &mut probs[..], &mut dp[..]);
-            piece(p, saved, (bh, &rows, &keys), (&kt[..], &vt[..], ld, k), (&mut *dq, dk, dv), tiles);
+            piece(p, saved, (bh, &rows, &keys), (&kt[..], &vt[..], ld), (&mut *dq, dk, dv), tiles);
         }
     }
 }
 
 /// The part of [`key_tile`] for query rows `rows` and keys `cols` (the first keys of the
-/// tile, whose `Kᵀ` / `Vᵀ` are `kt` / `vt` with row stride `ld`, and `k` its rows of K).
+/// tile, whose `Kᵀ` / `Vᵀ` are `kt` / `vt` with row stride `ld`).
 fn piece<C: Compute>(
     p: &Problem<C>,
     saved: &Saved<C>,
     (bh, rows, cols): (usize, &Range<usize>, &Range<usize>),
-    (kt, vt, ld, k): (&[C], &[C], usize, &[C]),
+    (kt, vt, ld): (&[C], &[C], usize),
     (dq, dk, dv): (&mut [C], &mut [C], &mut [C]),
     (s, probs, dp): (&mut [C], &mut [C], &mut [C]),
 ) {
@@ -256,9 +264,9 @@ fn piece<C: Compute>(
             exp_sum(srow, lse, prow);
         }
     }
-    let d_o = &saved.d_o[row0 * width_v..][..br * width_v];
-    tile_product_add((bc, width_v, br), dv, Mat::cols(probs, ld), Mat::rows(d_o, width_v), C::one());
-    tile_product((br, n, width_v), (dp, ld), false, Mat::rows(d_o, width_v), Mat::rows(vt, ld), C::one());
+    let d_o = saved.d_o.rows(bh, rows);
+    tile_product_add((bc, width_v, br), dv, Mat::cols(probs, ld), d_o, C::one());
+    tile_product((br, n, width_v), (dp, ld), false, d_o, Mat::rows(vt, ld), C::one());
     // dS = P ∘ (dP - delta), into the score tile.
     for r in 0..br {
         let delta = saved.delta[row0 + r];
@@ -269,8 +277,7 @@ fn piece<C: Compute>(
             unsafe { dbias.write((row0 + r) * p.dims.nk + cols.start, srow) };
         }
     }
-    let q = p.q_rows(bh, rows);
-    tile_product_add((bc, d, br), dk, Mat::cols(s, ld), Mat::rows(q, d), p.scale);
+    tile_product_add((bc, d, br), dk, Mat::cols(s, ld), p.q.rows(bh, rows), p.scale);
     let dq_rows = &mut dq[rows.start * d..][..br * d];
-    tile_product((br, d, bc), (dq_rows, d), true, Mat::rows(s, ld), Mat::rows(k, d), p.scale);
+    tile_product((br, d, bc), (dq_rows, d), true, Mat::rows(s, ld), p.k.rows(bh, cols), p.scale);
 }

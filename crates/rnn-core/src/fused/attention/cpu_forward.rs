@@ -107,7 +107,7 @@ fn group<C: Compute>(p: &Problem<C>, t: Task<C>, scratch: &mut Scratch<C>) {
     for start in (0..key_end).step_by(BC) {
         let keys = start..(start + BC).min(key_end);
         let ld = padded(keys.len());
-        transpose_tile(p.kv_rows(t.bh, &keys).0, d, &mut scratch.kt, ld);
+        transpose_tile(p.k.rows(t.bh, &keys), (keys.len(), d), &mut scratch.kt, ld);
         for first in (t.rows.start..t.rows.end).step_by(BR) {
             let block = first..(first + BR).min(t.rows.end);
             for (rows, cols) in p.pieces(b, &block, &keys) {
@@ -151,8 +151,7 @@ fn key_tile<C: Compute>(
             o[r * dv..][..dv].iter_mut().for_each(|x| *x = *x * alpha);
         }
     }
-    let (_, v) = p.kv_rows(bh, cols);
-    tile_product_add((br, dv, bc), o, Mat::rows(&probs[..br * bc], bc), Mat::rows(v, dv), C::one());
+    tile_product_add((br, dv, bc), o, Mat::rows(&probs[..br * bc], bc), p.v.rows(bh, cols), C::one());
 }
 
 /// Folds one row of scores into the running max `m` and sum `l`: writes

@@ -160,11 +160,28 @@ pub(super) fn padded(bc: usize) -> usize {
 /// columns from `rows` to `ld`.
 pub(super) fn transpose_tile<C: Compute>(src: Mat<C>, (rows, width): (usize, usize), dst: &mut [C], ld: usize) {
     src.check(rows, width);
-    for (x, out) in dst.chunks_exact_mut(ld).take(width).enumerate() {
-        for (j, o) in out[..rows].iter_mut().enumerate() {
-            *o = src.data[j * src.rs + x * src.cs];
+    if !transpose_f32(src, (rows, width), dst, ld) {
+        for (x, out) in dst.chunks_exact_mut(ld).take(width).enumerate() {
+            for (j, o) in out[..rows].iter_mut().enumerate() {
+                *o = src.data[j * src.rs + x * src.cs];
+            }
         }
-        out[rows..].fill(C::zero());
+    }
+    dst.chunks_exact_mut(ld).take(width).for_each(|out| out[rows..].fill(C::zero()));
+}
+
+/// [`transpose_tile`]'s transpose on the AVX2 kernel where `C` is f32, the rows contiguous
+/// and the CPU able; false (nothing done) otherwise.
+fn transpose_f32<C: Compute>(src: Mat<C>, (rows, width): (usize, usize), dst: &mut [C], ld: usize) -> bool {
+    if !cpu_kernel::available() || src.cs != 1 || rows == 0 || width == 0 {
+        return false;
+    }
+    match (as_f32(src.data), as_f32_mut(dst)) {
+        (Some(s), Some(d)) => {
+            cpu_kernel::transpose(&s[..(rows - 1) * src.rs + width], src.rs, (rows, width), d, ld);
+            true
+        }
+        _ => false,
     }
 }
 

@@ -53,11 +53,12 @@ struct Scratch<C> {
 }
 
 impl<C: Compute> Scratch<C> {
-    fn new(d: usize) -> Self {
+    /// For key tiles of `bc` keys.
+    fn new(d: usize, bc: usize) -> Self {
         Scratch {
-            kt: vec![C::zero(); d * BC_WIDE],
-            s: vec![C::zero(); BR * BC_WIDE],
-            p: vec![C::zero(); BR * BC_WIDE],
+            kt: vec![C::zero(); d * bc],
+            s: vec![C::zero(); BR * bc],
+            p: vec![C::zero(); BR * bc],
             m: vec![C::zero(); BR * BLOCKS],
             l: vec![C::zero(); BR * BLOCKS],
         }
@@ -83,10 +84,10 @@ pub(super) fn run<C: Compute>(p: &Problem<C>) -> Result<(Vec<C>, Vec<C>)> {
     let tasks = split_tasks(&mut o, &mut lse, batch * heads, (nq, task_rows), dv);
     let work = batch * heads * nq * nk * (d + dv);
     if work < PAR_FLOPS {
-        let mut scratch = Scratch::new(d);
+        let mut scratch = Scratch::new(d, key_tile_width(nk));
         tasks.into_iter().for_each(|t| group(p, t, &mut scratch));
     } else {
-        tasks.into_par_iter().for_each_init(|| Scratch::new(d), |scratch, t| group(p, t, scratch));
+        tasks.into_par_iter().for_each_init(|| Scratch::new(d, key_tile_width(nk)), |scratch, t| group(p, t, scratch));
     }
     Ok((o, lse))
 }

@@ -97,9 +97,9 @@ impl<C: Compute> Problem<'_, C> {
     /// key tile `keys`: the block with the keys it may see, or, where the causal diagonal
     /// crosses the tile, strips of [`DIAGONAL_ROWS`] rows, each with only the keys up to its
     /// own last row. The hidden triangle is then mostly skipped instead of computed and
-    /// masked: 62% of the products of a `64 x 64` diagonal tile. Pieces seeing no key are
+    /// masked: 62% of the products of a `64 x 64` diagonal tile. Piece seeing no key are
     /// left out.
-    pub fn pieces(&self, b: usize, rows: &Range<usize>, keys: &Range<usize>) -> impl Iterator<Item = Pieces> + '_ {
+    pub fn pieces(&self, b: usize, rows: &Range<usize>, keys: &Range<usize>) -> impl Iterator<Item = Piece> + '_ {
         let crossed = self.causal && keys.end > rows.start + 1;
         let step = if crossed { DIAGONAL_ROWS } else { rows.len().max(1) };
         let (keys, end) = (keys.clone(), rows.end);
@@ -148,7 +148,7 @@ impl<C: Compute> Problem<'_, C> {
 }
 
 /// A piece of a tile: its query rows and keys (see [`Problem::pieces`]).
-pub(super) type Pieces = (Range<usize>, Range<usize>);
+pub(super) type Piece = (Range<usize>, Range<usize>);
 
 /// The width `bc` keys take in a transposed tile: a whole number of the f32 kernel's
 /// column blocks, so that it runs on every tile.

@@ -72,20 +72,24 @@ const GPT: [usize; 4] = [32, 4, 64, 32];
 const NAME_WIDTH: usize = 30;
 
 /// Sequence lengths and timing of one run.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct AttentionSizes {
-    pub lengths: &'static [usize],
+    pub lengths: Vec<usize>,
     pub timing: TimingConfig,
 }
 
 impl AttentionSizes {
     /// The sizes of `bench/attention_bench.py`; one warm-up call and three timed ones (a
-    /// forward + backward at N = 4096 is seconds long on a few cores).
-    pub const FULL: AttentionSizes = AttentionSizes {
-        lengths: &[256, 1024, 4096],
-        timing: TimingConfig { warmup_calls: 1, min_seconds: 0.5, min_calls: 3 },
-    };
-    pub const QUICK: AttentionSizes = AttentionSizes { lengths: &[64, 256], timing: TimingConfig::QUICK };
+    /// forward + backward at N = 4096 is seconds long on a few cores). `quick` shrinks both.
+    pub fn new(quick: bool) -> Self {
+        match quick {
+            true => AttentionSizes { lengths: vec![64, 256], timing: TimingConfig::QUICK },
+            false => AttentionSizes {
+                lengths: vec![256, 1024, 4096],
+                timing: TimingConfig { warmup_calls: 1, min_seconds: 0.5, min_calls: 3 },
+            },
+        }
+    }
 }
 
 /// One benchmarked shape: `[B, H, N, D]`, its masks (causal or not) and its name part.
@@ -117,7 +121,7 @@ pub(crate) fn forward_flops([b, h, n, d]: [usize; 4], causal: bool) -> f64 {
 }
 
 /// Runs every workload, printing a line per result to `out`.
-pub fn run(sizes: AttentionSizes, quick: bool, out: &mut dyn Write) -> CliResult<Vec<Record>> {
+pub fn run(sizes: &AttentionSizes, quick: bool, out: &mut dyn Write) -> CliResult<Vec<Record>> {
     let threads = rayon::current_num_threads();
     writeln!(
         out,
@@ -131,7 +135,7 @@ pub fn run(sizes: AttentionSizes, quick: bool, out: &mut dyn Write) -> CliResult
     writeln!(out, "{}", "-".repeat(NAME_WIDTH + 44))?;
     rnn::manual_seed(0);
     let mut records = Vec::new();
-    for shape in workloads(sizes.lengths) {
+    for shape in workloads(&sizes.lengths) {
         let randn = || Tensor::randn(0.0, 1.0, &shape.dims[..], DType::F32, Device::Cpu);
         let (q, k, v) = (randn()?, randn()?, randn()?);
         for &causal in shape.causal {

@@ -106,7 +106,8 @@ struct AttentionBenchArgs {
     /// `cpu` (default), `cuda:N` or `wgpu:N` / `wgpu:<name>`.
     #[arg(long)]
     device: Option<String>,
-    /// On a GPU: these sequence lengths (comma-separated) instead of 1024,4096,16384.
+    /// These sequence lengths (comma-separated) instead of 256,1024,4096 on the CPU
+    /// (the GPT shape's row is always run) and 1024,4096,16384 on a GPU.
     #[arg(long, value_delimiter = ',', value_name = "N,..")]
     lengths: Vec<usize>,
 }
@@ -186,6 +187,9 @@ fn bench_cpu(args: &CpuSuiteArgs) -> CliResult<()> {
 fn bench_attention(args: &AttentionBenchArgs) -> CliResult<()> {
     let quick = args.options.quick;
     let device = args.device.as_deref().map(rnn::Device::parse).transpose()?.unwrap_or(rnn::Device::Cpu);
+    if args.lengths.contains(&0) {
+        return Err("--lengths: every sequence length must be at least 1".into());
+    }
     if !device.is_cpu() {
         let mut sizes = bench_attention_gpu::GpuAttentionSizes::new(quick);
         if !args.lengths.is_empty() {
@@ -193,11 +197,11 @@ fn bench_attention(args: &AttentionBenchArgs) -> CliResult<()> {
         }
         return run_bench(&args.options, |out| bench_attention_gpu::run(&sizes, device, out));
     }
+    let mut sizes = bench_attention::AttentionSizes::new(quick);
     if !args.lengths.is_empty() {
-        return Err("--lengths applies to a GPU device (--device cuda:N or wgpu:N)".into());
+        sizes.lengths = args.lengths.clone();
     }
-    let sizes = if quick { bench_attention::AttentionSizes::QUICK } else { bench_attention::AttentionSizes::FULL };
-    run_bench(&args.options, |out| bench_attention::run(sizes, quick, out))
+    run_bench(&args.options, |out| bench_attention::run(&sizes, quick, out))
 }
 
 fn bench_train(args: &TrainBenchArgs) -> CliResult<()> {

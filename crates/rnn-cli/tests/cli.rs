@@ -282,8 +282,8 @@ fn an_empty_gpu_device_variable_is_unset_and_devices_fails_on_errors() {
 
 /// The GPU attention benchmark names its records as its PyTorch twin does
 /// (`bench/attention_gpu_bench.py`); on lavapipe when CI provides it, at lengths a software
-/// adapter runs in seconds. Without a GPU, asking for CUDA is a clean error; so is
-/// `--lengths` on the CPU.
+/// adapter runs in seconds. Without a GPU, asking for CUDA is a clean error. On the CPU,
+/// `--lengths` picks the rows' sequence lengths (the GPT shape's row always runs).
 #[test]
 fn gpu_attention_bench_matches_its_twin_or_fails_cleanly() {
     let out = rnn(&["bench", "attention", "--quick", "--device", "cuda:0"]);
@@ -291,7 +291,15 @@ fn gpu_attention_bench_matches_its_twin_or_fails_cleanly() {
         assert_clean_error(&out, &["cuda"], "bench attention --device cuda:0");
     }
     let out = rnn(&["bench", "attention", "--quick", "--lengths", "16"]);
-    assert_clean_error(&out, &["--lengths applies to a GPU"], "bench attention --lengths on the CPU");
+    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let rows: Vec<&str> = stdout.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    for name in ["attn_fwd_n16", "attn_fwdbwd_n16_causal", "attn_fwd_gpt_b32h4n64d32_causal"] {
+        assert!(rows.contains(&name), "no row {name} in {rows:?}");
+    }
+    assert!(!rows.iter().any(|r| r.contains("n256")), "--lengths 16 also ran N = 256: {rows:?}");
+    let out = rnn(&["bench", "attention", "--quick", "--lengths", "0"]);
+    assert_clean_error(&out, &["--lengths"], "bench attention --lengths 0");
     if !std::env::var("RNN_REQUIRE_GPU").is_ok_and(|v| v.contains("wgpu")) {
         eprintln!("skipped the wgpu run: RNN_REQUIRE_GPU does not name wgpu");
         return;

@@ -112,6 +112,6 @@ with_dtype!(u8, U8, |v: f64| v as u8, |v: u8| v as f64);
 with_dtype!(u32, U32, |v: f64| v as u32, |v: u32| v as f64);
 with_dtype!(i64, I64, |v: f64| v as i64, |v: i64| v as f64);
 with_dtype!(f16, F16, f16::from_f64, f16::to_f64);
-with_dtype!(bf16, BF16, bf16::from_f64, bf16::to_f64);
+with_dtype!(bf16, BF16, bf16::from_f64, |v: bf16| crate::num::bf16_to_f32(v) as f64);
 with_dtype!(f32, F32, |v: f64| v as f32, |v: f32| v as f64);
 with_dtype!(f64, F64, |v: f64| v, |v: f64| v);

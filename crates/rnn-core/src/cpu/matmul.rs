@@ -220,6 +220,30 @@ pub(crate) fn gemm_into<T: Copy + Send + Sync + 'static>(
     Ok(())
 }
 
+/// `acc = a @ b`, or `acc += a @ b` when `accumulate`, for 2-D bf16 / f16 `a` `[m, k]` and
+/// `b` `[k, n]` (any strides), accumulated in f32 into the row-major `m x n` `acc`: the
+/// product of a fused op that adds its epilogue before the one rounding.
+pub(crate) fn half_gemm_into<E: GemmInput>(
+    acc: &mut [f32],
+    (a, la): (&[E], &Layout),
+    (b, lb): (&[E], &Layout),
+    accumulate: bool,
+) -> Result<()> {
+    check_extent("matmul", a.len(), la)?;
+    check_extent("matmul", b.len(), lb)?;
+    let (m, k, n) = (la.dims()[0], la.dims()[1], lb.dims()[1]);
+    if acc.len() != m * n || lb.dims()[0] != k {
+        return Err(Error::Msg(format!("internal: half_gemm_into of {la:?} and {lb:?} into {}", acc.len())));
+    }
+    fn mat<'a, E>(p: &'a [E], l: &Layout) -> Mat<'a, E> {
+        // An empty operand's view may start past its (empty) storage.
+        Mat { data: p.get(l.start_offset()..).unwrap_or(&[]), rs: l.strides()[0], cs: l.strides()[1] }
+    }
+    let path = super::matmul_half::Path::best();
+    super::matmul_half::product_f32(path, mat(a, la), mat(b, lb), (m, n, k), acc, accumulate);
+    Ok(())
+}
+
 fn check_extent(op: &'static str, len: usize, l: &Layout) -> Result<()> {
     if l.storage_extent() > len {
         return Err(Error::invalid(op, format!("layout {l:?} reaches past a storage of {len} elements")));

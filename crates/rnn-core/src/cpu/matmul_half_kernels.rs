@@ -11,6 +11,9 @@
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
+use super::packed_gemm::Mat;
+use super::simd::map_slice;
+
 /// An input type of the packed GEMM: f32, or a 16-bit float widened to f32 while packing.
 pub(crate) trait GemmElem: Copy + Default + Send + Sync + bytemuck::Zeroable + 'static {
     /// Widens `src` into `dst` (F16C for f16 where the CPU has it, through the `half` crate).
@@ -21,10 +24,10 @@ pub(crate) trait GemmElem: Copy + Default + Send + Sync + bytemuck::Zeroable + '
 
 impl GemmElem for bf16 {
     fn widen(src: &[bf16], dst: &mut [f32]) {
-        src.convert_to_f32_slice(dst);
+        map_slice(src, dst, &crate::num::bf16_to_f32);
     }
     fn narrow_slice(src: &[f32], dst: &mut [bf16]) {
-        dst.convert_from_f32_slice(src);
+        map_slice(src, dst, &crate::num::f32_to_bf16);
     }
 }
 
@@ -51,7 +54,7 @@ impl GemmElem for f16 {
 
 /// One micro-kernel for inputs of type `E`: its tile shape, packed element and the
 /// instruction set it needs.
-pub(super) trait MicroKernel<E: GemmElem>: Sync {
+pub(super) trait MicroKernel<E: GemmElem>: Sync + Sized {
     /// Element of the packed panels.
     type P: bytemuck::Pod + Default + Send + Sync;
     const MR: usize;
@@ -66,6 +69,18 @@ pub(super) trait MicroKernel<E: GemmElem>: Sync {
     /// `a` holds `kq * MR * KG`, `b` `kq * NR * KG` packed values, `tile` `MR * NR`, and
     /// the CPU has the kernel's instruction set (see `Path::available`).
     unsafe fn tile(kq: usize, a: &[Self::P], b: &[Self::P], tile: &mut [f32]);
+
+    /// Packs rows `i0..i0 + mr`, depth `k0..k0 + kc` of A into `MR`-row panels (`out`),
+    /// zero-padded. By default element by element; a kernel may copy runs directly.
+    fn pack_a(out: &mut [Self::P], a: Mat<E>, rows: (usize, usize), depth: (usize, usize)) {
+        super::packed_gemm::pack_a::<E, Self>(out, a, rows, depth)
+    }
+
+    /// Packs depth `k0..k0 + kc`, columns `j0..j0 + cols` (`cols <= NR`) of B into one
+    /// panel `dst`, zero-padded. By default element by element.
+    fn pack_b_panel(dst: &mut [Self::P], b: Mat<E>, depth: (usize, usize), cols: (usize, usize)) {
+        super::packed_gemm::pack_b_panel::<E, Self>(dst, b, depth, cols)
+    }
 
     /// A whole tile straight into `c` (row stride `ldc`): `c = a b`, or `c += a b` when
     /// `add`. By default through `tile`; a kernel may write its registers directly.
@@ -240,6 +255,18 @@ impl MicroKernel<bf16> for Avx512Bf16 {
 
     fn convert(src: &[bf16], dst: &mut [bf16]) {
         dst.copy_from_slice(src)
+    }
+
+    fn pack_a(out: &mut [bf16], a: Mat<bf16>, rows: (usize, usize), depth: (usize, usize)) {
+        if !super::pack_pairs::a_panels(out, a, Self::MR, rows, depth) {
+            super::packed_gemm::pack_a::<bf16, Self>(out, a, rows, depth)
+        }
+    }
+
+    fn pack_b_panel(dst: &mut [bf16], b: Mat<bf16>, depth: (usize, usize), cols: (usize, usize)) {
+        if !super::pack_pairs::b_panel(dst, b, Self::NR, depth, cols) {
+            super::packed_gemm::pack_b_panel::<bf16, Self>(dst, b, depth, cols)
+        }
     }
 
     unsafe fn tile(kq: usize, a: &[bf16], b: &[bf16], tile: &mut [f32]) {

@@ -54,12 +54,21 @@ fn operand<E: Sample>(rng: &mut StdRng, (rows, cols): (usize, usize), transposed
 
 /// Runs `path` on one problem and checks each output against the f64 product: the only
 /// errors allowed are f32 accumulation and one final rounding.
-fn check<E: Sample>(path: Path, seed: u64, (m, n, k): (usize, usize, usize), (ta, tb): (bool, bool)) {
+fn check<E: Sample>(path: Path, seed: u64, dims: (usize, usize, usize), transposed: (bool, bool)) {
+    check_at::<E>(path, seed, dims, transposed, 0);
+}
+
+/// [`check`] with both operands' views starting `skip` elements into their storage (an odd
+/// `skip` puts bf16 pairs off 4-byte alignment).
+fn check_at<E: Sample>(path: Path, seed: u64, (m, n, k): (usize, usize, usize), (ta, tb): (bool, bool), skip: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let (a, a_rs, a_cs) = operand::<E>(&mut rng, (m, k), ta);
-    let (b, b_rs, b_cs) = operand::<E>(&mut rng, (k, n), tb);
-    let ma = Mat { data: &a, rs: a_rs, cs: a_cs };
-    let mb = Mat { data: &b, rs: b_rs, cs: b_cs };
+    let (mut a, a_rs, a_cs) = operand::<E>(&mut rng, (m, k), ta);
+    let (mut b, b_rs, b_cs) = operand::<E>(&mut rng, (k, n), tb);
+    let (stored_a, stored_b) =
+        ([vec![E::default(); skip], a.clone()].concat(), [vec![E::default(); skip], b.clone()].concat());
+    let ma = Mat { data: &stored_a[skip..], rs: a_rs, cs: a_cs };
+    let mb = Mat { data: &stored_b[skip..], rs: b_rs, cs: b_cs };
+    (a, b) = (stored_a[skip..].to_vec(), stored_b[skip..].to_vec());
     let mut out = vec![E::default(); m * n];
     matmul(path, ma, mb, (m, n, k), &mut out).unwrap();
     for i in 0..m {
@@ -93,9 +102,14 @@ fn check_path<E: Sample>(path: Path) {
             }
         }
     }
-    // Several KC blocks deep, several MC blocks tall (threads), all transposes.
+    // Several KC blocks deep, several MC blocks tall (threads), all transposes; even
+    // strides, with views aligned and not (the bf16-pair packers copy 32-bit words where
+    // they can).
     for t in 0..4 {
-        check::<E>(path, seed.wrapping_add(t), (200, 45, 530), (t & 1 == 1, t & 2 == 2));
+        let transposed = (t & 1 == 1, t & 2 == 2);
+        check::<E>(path, seed.wrapping_add(t), (200, 45, 530), transposed);
+        check_at::<E>(path, seed.wrapping_add(t + 4), (24, 66, 514), transposed, 1);
+        check_at::<E>(path, seed.wrapping_add(t + 8), (17, 40, 301), transposed, 2);
     }
 }
 

@@ -80,11 +80,13 @@ pub(crate) mod matmul_half;
 mod matmul_half_kernels;
 #[cfg(test)]
 mod matmul_half_tests;
+mod pack_pairs;
 mod packed_gemm;
 #[cfg(test)]
 mod packed_gemm_tests;
+pub(crate) mod transpose;
 pub use matmul::f32_gemm_is_packed;
-pub(crate) use matmul::{gemm_into, prefers_transposed_product};
+pub(crate) use matmul::{gemm_into, half_gemm_into, prefers_transposed_product};
 pub mod parallel;
 pub(crate) mod pool;
 mod reduce;

@@ -210,7 +210,7 @@ unsafe fn rectangle<E: GemmElem, K: MicroKernel<E>>(
         let kc = KC.min(depth - k0);
         let a_len = rows.len().div_ceil(K::MR) * kc.div_ceil(K::KG) * K::MR * K::KG;
         with_buffer::<K::P, _>(&A_PACK, a_len, |ap| {
-            pack_a::<E, K>(ap, a, (rows.start, rows.len()), (p0 + k0, kc));
+            K::pack_a(ap, a, (rows.start, rows.len()), (p0 + k0, kc));
             let b_kb = &bp[kb * b_block..][..b_block];
             // SAFETY: the caller's guarantee.
             unsafe { block::<K::P, E, K>((ap, b_kb), (rows.clone(), kc), (j0, cols.clone(), n), out, add || kb > 0) };
@@ -263,8 +263,9 @@ unsafe fn block<P, E: GemmElem, K: MicroKernel<E, P = P>>(
     }
 }
 
-/// Packs rows `i0..i0 + mr`, depth `k0..k0 + kc` of A into `MR`-row panels, zero-padded.
-fn pack_a<E: GemmElem, K: MicroKernel<E>>(
+/// Packs rows `i0..i0 + mr`, depth `k0..k0 + kc` of A into `MR`-row panels, zero-padded:
+/// any strides, element by element (the default of `MicroKernel::pack_a`).
+pub(super) fn pack_a<E: GemmElem, K: MicroKernel<E>>(
     out: &mut [K::P],
     a: Mat<E>,
     (i0, mr): (usize, usize),
@@ -293,6 +294,43 @@ fn pack_a<E: GemmElem, K: MicroKernel<E>>(
     }
 }
 
+/// Packs depth `k0..k0 + kc`, columns `j0..j0 + cols` (`cols <= NR`) of B into one panel
+/// `dst`, zero-padded: any strides (the default of `MicroKernel::pack_b_panel`).
+pub(super) fn pack_b_panel<E: GemmElem, K: MicroKernel<E>>(
+    dst: &mut [K::P],
+    b: Mat<E>,
+    (k0, kc): (usize, usize),
+    (j0, cols): (usize, usize),
+) {
+    if cols < K::NR || kc % K::KG != 0 {
+        dst.fill(K::P::default());
+    }
+    let at = |kk: usize, j: usize| ((kk / K::KG) * K::NR + j) * K::KG + kk % K::KG;
+    let mut gather = Vec::new();
+    if b.rs == 1 && b.cs != 1 {
+        // Column-major (a transposed operand, as `x @ w.t()`): each column is contiguous.
+        let mut run = [K::P::default(); KC];
+        for j in 0..cols {
+            b.t().row::<K>((j0 + j, k0), &mut gather, &mut run[..kc]);
+            run[..kc].iter().enumerate().for_each(|(kk, &x)| dst[at(kk, j)] = x);
+        }
+    } else if K::KG == 1 && cols == K::NR && b.cs == 1 {
+        // Row-major, whole panel: each depth step is one contiguous run of NR values (a
+        // constant length: the conversion inlines to register moves).
+        for (kk, row) in dst.chunks_exact_mut(K::NR).take(kc).enumerate() {
+            let first = (k0 + kk) * b.rs + j0;
+            K::convert(&b.data[first..first + K::NR], row);
+        }
+    } else {
+        let mut run = [K::P::default(); 64];
+        debug_assert!(K::NR <= run.len());
+        for kk in 0..kc {
+            b.row::<K>((k0 + kk, j0), &mut gather, &mut run[..cols]);
+            run[..cols].iter().enumerate().for_each(|(j, &x)| dst[at(kk, j)] = x);
+        }
+    }
+}
+
 /// Packs depth `p0..p0 + depth`, columns `j0..j0 + nc` of B into `buf`: per KC-deep block,
 /// `NR`-column panels, each laid out KC deep (the last block's tail unused), zero-padded;
 /// all panels in parallel when `par`.
@@ -309,34 +347,7 @@ fn pack_b<'b, E: GemmElem, K: MicroKernel<E>>(
     let fill = |(idx, dst): (usize, &mut [K::P])| {
         let (k0, jp) = (p0 + (idx / per_block) * KC, idx % per_block);
         let kc = KC.min(p0 + depth - k0);
-        let cols = K::NR.min(nc - jp * K::NR);
-        if cols < K::NR || kc % K::KG != 0 {
-            dst.fill(K::P::default());
-        }
-        let at = |kk: usize, j: usize| ((kk / K::KG) * K::NR + j) * K::KG + kk % K::KG;
-        let mut gather = Vec::new();
-        if b.rs == 1 && b.cs != 1 {
-            // Column-major (a transposed operand, as `x @ w.t()`): each column is contiguous.
-            let mut run = [K::P::default(); KC];
-            for j in 0..cols {
-                b.t().row::<K>((j0 + jp * K::NR + j, k0), &mut gather, &mut run[..kc]);
-                run[..kc].iter().enumerate().for_each(|(kk, &x)| dst[at(kk, j)] = x);
-            }
-        } else if K::KG == 1 && cols == K::NR && b.cs == 1 {
-            // Row-major, whole panel: each depth step is one contiguous run of NR values (a
-            // constant length: the conversion inlines to register moves).
-            for (kk, row) in dst.chunks_exact_mut(K::NR).take(kc).enumerate() {
-                let first = (k0 + kk) * b.rs + j0 + jp * K::NR;
-                K::convert(&b.data[first..first + K::NR], row);
-            }
-        } else {
-            let mut run = [K::P::default(); 64];
-            debug_assert!(K::NR <= run.len());
-            for kk in 0..kc {
-                b.row::<K>((k0 + kk, j0 + jp * K::NR), &mut gather, &mut run[..cols]);
-                run[..cols].iter().enumerate().for_each(|(j, &x)| dst[at(kk, j)] = x);
-            }
-        }
+        K::pack_b_panel(dst, b, (k0, kc), (j0 + jp * K::NR, K::NR.min(nc - jp * K::NR)));
     };
     if par {
         out.par_chunks_mut(panel).enumerate().for_each(fill);

@@ -6,6 +6,7 @@ use super::parallel::{output_vec, par_fill, HEAVY};
 use super::simd::map_slice;
 use super::strided::{for_each_row_piece, rows};
 use super::CpuStorage;
+use crate::num::{bf16_to_f32, f32_to_bf16};
 use crate::op_table::{UnaryKernel, UnaryOp, UnaryVisitor};
 use crate::{DType, Error, Layout, Result, WithDType};
 
@@ -84,7 +85,7 @@ impl UnaryVisitor for CpuUnary<'_> {
             CpuStorage::F32(v) => CpuStorage::F32(map_with_work(w, v, l, K::f::<f32>)?),
             CpuStorage::F64(v) => CpuStorage::F64(map_with_work(w, v, l, K::f::<f64>)?),
             CpuStorage::F16(v) => CpuStorage::F16(map_with_work(w, v, l, |x| f16::from_f32(K::f(x.to_f32())))?),
-            CpuStorage::BF16(v) => CpuStorage::BF16(map_with_work(w, v, l, |x| bf16::from_f32(K::f(x.to_f32())))?),
+            CpuStorage::BF16(v) => CpuStorage::BF16(map_with_work(w, v, l, |x| f32_to_bf16(K::f(bf16_to_f32(x))))?),
             s => {
                 return Err(Error::UnsupportedDType {
                     op: K::NAME,
@@ -124,9 +125,9 @@ impl CpuStorage {
             return Ok(out);
         }
         match (self, dtype) {
-            (CpuStorage::F32(v), DType::BF16) => return Ok(CpuStorage::BF16(map(v, l, bf16::from_f32)?)),
+            (CpuStorage::F32(v), DType::BF16) => return Ok(CpuStorage::BF16(map(v, l, f32_to_bf16)?)),
             (CpuStorage::F32(v), DType::F16) => return Ok(CpuStorage::F16(map(v, l, f16::from_f32)?)),
-            (CpuStorage::BF16(v), DType::F32) => return Ok(CpuStorage::F32(map(v, l, bf16::to_f32)?)),
+            (CpuStorage::BF16(v), DType::F32) => return Ok(CpuStorage::F32(map(v, l, bf16_to_f32)?)),
             (CpuStorage::F16(v), DType::F32) => return Ok(CpuStorage::F32(map(v, l, f16::to_f32)?)),
             _ => {}
         }
@@ -159,7 +160,8 @@ impl CpuStorage {
 }
 
 /// f32 to and from f16 / bf16 over a contiguous layout, the casts around every mixed-precision
-/// op: the `half` crate's slice conversions (F16C for f16 where the CPU has it), the same
+/// op: slice conversions (F16C for f16 where the CPU has it, vectorized integer rounding for
+/// bf16; see `matmul_half_kernels::GemmElem`), the same
 /// values as the f64 route of `to_dtype` (one nearest-even rounding, NaN kept). `None` for
 /// other casts and strided layouts.
 fn half_cast(s: &CpuStorage, l: &Layout, dtype: DType) -> Result<Option<CpuStorage>> {

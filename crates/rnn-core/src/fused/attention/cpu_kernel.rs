@@ -117,20 +117,13 @@ pub(super) fn exp_sum(s: &[f32], shift: f32, p: &mut [f32]) -> f32 {
 }
 
 /// `dst[x * ld + j] = src[j * rs + x]` for `j < rows`, `x < width`: the transpose of a
-/// `rows x width` tile (row stride `rs`), in `8 x 8` blocks of register shuffles.
+/// `rows x width` tile (row stride `rs`), in `8 x 8` blocks of register shuffles (see
+/// `cpu::transpose`).
 ///
 /// Panics if a slice is too short or the CPU lacks AVX2 / FMA.
-pub(super) fn transpose(src: &[f32], rs: usize, (rows, width): (usize, usize), dst: &mut [f32], ld: usize) {
+pub(super) fn transpose(src: &[f32], rs: usize, dims: (usize, usize), dst: &mut [f32], ld: usize) {
     assert!(available(), "the attention tile kernel needs AVX2 and FMA");
-    if rows == 0 || width == 0 {
-        return;
-    }
-    assert!((rows - 1) * rs + width <= src.len() && (width - 1) * ld + rows <= dst.len(), "transpose out of bounds");
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: the CPU has AVX2 (asserted); both tiles lie inside their slices (asserted).
-    unsafe {
-        avx2::transpose(src.as_ptr(), rs, (rows, width), dst.as_mut_ptr(), ld)
-    };
+    crate::cpu::transpose::words(bytemuck::cast_slice(src), rs, dims, bytemuck::cast_slice_mut(dst), ld);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -299,69 +292,6 @@ mod avx2 {
     /// `ln(2^-126)`: below it, `exp` is under the smallest normal float.
     const MIN_NORMAL_LN: f32 = -87.336_54;
 
-    /// See [`super::transpose`]. SAFETY: AVX2 present; `src` covers `rows` rows of `width`
-    /// at stride `rs`, `dst` `width` rows of `rows` at stride `ld`.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn transpose(src: *const f32, rs: usize, (rows, width): (usize, usize), dst: *mut f32, ld: usize) {
-        let (rows8, width8) = (rows / 8 * 8, width / 8 * 8);
-        for j in (0..rows8).step_by(8) {
-            for x in (0..width8).step_by(8) {
-                // SAFETY: the 8 x 8 block at (j, x) lies inside both tiles.
-                unsafe { block8(src.add(j * rs + x), rs, dst.add(x * ld + j), ld) };
-            }
-        }
-        // The edges: the columns past the last whole block, then the rows past it.
-        let scalar = |js: std::ops::Range<usize>, xs: std::ops::Range<usize>| {
-            for j in js {
-                for x in xs.clone() {
-                    // SAFETY: (j, x) lies inside both tiles.
-                    unsafe { *dst.add(x * ld + j) = *src.add(j * rs + x) };
-                }
-            }
-        };
-        scalar(0..rows8, width8..width);
-        scalar(rows8..rows, 0..width);
-    }
-
-    /// One `8 x 8` block: eight rows in, eight columns out as rows.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn block8(src: *const f32, rs: usize, dst: *mut f32, ld: usize) {
-        // SAFETY: 8 rows of 8 floats at `src` (stride rs) and at `dst` (stride ld).
-        unsafe {
-            let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * rs)));
-            // Interleave pairs of rows, then pairs of pairs, then swap 128-bit halves.
-            let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-            let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-            let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-            let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-            let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-            let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-            let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-            let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-            let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-            let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-            let out = [
-                _mm256_permute2f128_ps::<0x20>(u0, u4),
-                _mm256_permute2f128_ps::<0x20>(u1, u5),
-                _mm256_permute2f128_ps::<0x20>(u2, u6),
-                _mm256_permute2f128_ps::<0x20>(u3, u7),
-                _mm256_permute2f128_ps::<0x31>(u0, u4),
-                _mm256_permute2f128_ps::<0x31>(u1, u5),
-                _mm256_permute2f128_ps::<0x31>(u2, u6),
-                _mm256_permute2f128_ps::<0x31>(u3, u7),
-            ];
-            for (i, o) in out.into_iter().enumerate() {
-                _mm256_storeu_ps(dst.add(i * ld), o);
-            }
-        }
-    }
 
     #[target_feature(enable = "avx2,fma")]
     #[inline]
@@ -387,24 +317,6 @@ mod tests {
                 let dot: f64 = (0..k).map(|p| a.data[i * a.rs + p * a.cs] as f64 * b.data[p * b.rs + j] as f64).sum();
                 let old = if acc { c[i * ldc + j] as f64 } else { 0.0 };
                 c[i * ldc + j] = (alpha as f64 * dot + old) as f32;
-            }
-        }
-    }
-
-    /// The transpose against the definition, on tiles with whole and partial 8 x 8 blocks.
-    #[test]
-    fn transpose_matches_definition() {
-        if !available() {
-            return;
-        }
-        for (rows, width, rs, ld) in [(8, 8, 8, 8), (64, 32, 96, 64), (13, 21, 37, 16), (3, 5, 5, 3), (17, 9, 9, 32)] {
-            let src: Vec<f32> = (0..(rows - 1) * rs + width).map(|i| i as f32 * 0.5 - 3.0).collect();
-            let mut dst = vec![f32::NAN; (width - 1) * ld + rows];
-            transpose(&src, rs, (rows, width), &mut dst, ld);
-            for j in 0..rows {
-                for x in 0..width {
-                    assert_eq!(dst[x * ld + j], src[j * rs + x], "{rows}x{width}: ({j}, {x})");
-                }
             }
         }
     }

@@ -173,7 +173,8 @@ fn gemm_typed<T: Copy + bytemuck::Zeroable + Send + Sync + 'static>(
 
 /// bf16 / f16 through our packed GEMM (`matmul_half`): f32 accumulation, one rounding.
 fn half_product<E: GemmInput>(a: &[E], la: &Layout, b: &[E], lb: &Layout, d: &Dims) -> Result<Vec<E>> {
-    let mut out = super::parallel::zeroed_vec(d.batch * d.m * d.n)?;
+    // `batched` writes every element (zeros when k is 0).
+    let mut out = super::parallel::output_vec(d.batch * d.m * d.n)?;
     let strides = |l: &Layout| {
         let r = l.dims().len();
         (l.strides()[r - 2], l.strides()[r - 1])

@@ -271,7 +271,12 @@ impl MicroKernel<bf16> for Avx512Bf16 {
 
     unsafe fn tile(kq: usize, a: &[bf16], b: &[bf16], tile: &mut [f32]) {
         // SAFETY: the caller guarantees the lengths and that the CPU has AVX512-BF16.
-        unsafe { avx512bf16_tile(kq, a.as_ptr(), b.as_ptr(), tile.as_mut_ptr()) };
+        unsafe { avx512bf16_tile_into(kq, a.as_ptr(), b.as_ptr(), (tile.as_mut_ptr(), 32), false) };
+    }
+
+    unsafe fn tile_into(kq: usize, a: &[bf16], b: &[bf16], c: *mut f32, ldc: usize, add: bool) {
+        // SAFETY: the caller guarantees the lengths, `c`'s 8 x 32 values and AVX512-BF16.
+        unsafe { avx512bf16_tile_into(kq, a.as_ptr(), b.as_ptr(), (c, ldc), add) };
     }
 }
 
@@ -283,23 +288,24 @@ pub(super) const HAS_AVX512BF16_KERNEL: bool = cfg!(target_arch = "x86_64");
 pub(super) const HAS_AVX512BF16_KERNEL: bool = false;
 
 #[rustversion::before(1.89)]
-unsafe fn avx512bf16_tile(_: usize, _: *const bf16, _: *const bf16, _: *mut f32) {
+unsafe fn avx512bf16_tile_into(_: usize, _: *const bf16, _: *const bf16, _: (*mut f32, usize), _: bool) {
     unreachable!("Path::available offers AVX512-BF16 only when HAS_AVX512BF16_KERNEL");
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 #[rustversion::since(1.89)]
-unsafe fn avx512bf16_tile(_: usize, _: *const bf16, _: *const bf16, _: *mut f32) {
+unsafe fn avx512bf16_tile_into(_: usize, _: *const bf16, _: *const bf16, _: (*mut f32, usize), _: bool) {
     unreachable!("Path::available offers AVX512-BF16 only when HAS_AVX512BF16_KERNEL");
 }
 
+/// The 8 x 32 tile `a b` written to (or, when `add`, added to) `c`, 8 rows at stride `ldc`.
 #[cfg(target_arch = "x86_64")]
 #[rustversion::since(1.89)]
 #[allow(clippy::incompatible_msrv)] // only built by rustc >= 1.89, see HAS_AVX512BF16_KERNEL
 #[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn avx512bf16_tile(kq: usize, a: *const bf16, b: *const bf16, tile: *mut f32) {
-    use std::arch::x86_64::{__m512, __m512bh, __m512i, _mm512_dpbf16_ps, _mm512_loadu_ps, _mm512_set1_epi32};
-    use std::arch::x86_64::{_mm512_setzero_ps, _mm512_storeu_ps};
+unsafe fn avx512bf16_tile_into(kq: usize, a: *const bf16, b: *const bf16, (c, ldc): (*mut f32, usize), add: bool) {
+    use std::arch::x86_64::{__m512, __m512bh, __m512i, _mm512_add_ps, _mm512_dpbf16_ps, _mm512_loadu_ps};
+    use std::arch::x86_64::{_mm512_set1_epi32, _mm512_setzero_ps, _mm512_storeu_ps};
     let mut acc = [[_mm512_setzero_ps(); 2]; 8];
     for q in 0..kq {
         // SAFETY: q < kq: group q of the B panel is 64 bf16 (32 columns x 2 k), of the A
@@ -317,10 +323,16 @@ unsafe fn avx512bf16_tile(kq: usize, a: *const bf16, b: *const bf16, tile: *mut 
         }
     }
     for (i, row) in acc.iter().enumerate() {
-        // SAFETY: the tile holds 8 x 32 f32.
+        // SAFETY: `c` addresses 8 rows of 32 values at stride `ldc`.
         unsafe {
-            _mm512_storeu_ps(tile.add(i * 32), row[0]);
-            _mm512_storeu_ps(tile.add(i * 32 + 16), row[1]);
+            let (p0, p1) = (c.add(i * ldc), c.add(i * ldc + 16));
+            let (mut v0, mut v1) = (row[0], row[1]);
+            if add {
+                v0 = _mm512_add_ps(v0, _mm512_loadu_ps(p0));
+                v1 = _mm512_add_ps(v1, _mm512_loadu_ps(p1));
+            }
+            _mm512_storeu_ps(p0, v0);
+            _mm512_storeu_ps(p1, v1);
         }
     }
 }

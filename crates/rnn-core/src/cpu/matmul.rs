@@ -118,14 +118,13 @@ unsafe fn packed_f32<T: 'static>(
     // SAFETY: `T` is f32; dst holds m x n elements (the caller's guarantee).
     let out = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, m * n) };
     let par = matches!(par, Parallelism::Rayon(t) if t > 1);
-    super::packed_gemm::gemm::<f32, super::matmul_half_kernels::Avx2>(
-        mat(a, (m, k)),
-        mat(b, (k, n)),
-        (m, n, k),
-        out,
-        par,
-        accumulate,
-    );
+    let (a, b) = (mat(a, (m, k)), mat(b, (k, n)));
+    use super::matmul_half_kernels::{Avx2, Avx512};
+    if super::matmul_half::Path::Avx512.available() {
+        super::packed_gemm::gemm::<f32, Avx512>(a, b, (m, n, k), out, par, accumulate);
+    } else {
+        super::packed_gemm::gemm::<f32, Avx2>(a, b, (m, n, k), out, par, accumulate);
+    }
     true
 }
 

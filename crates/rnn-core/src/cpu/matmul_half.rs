@@ -2,9 +2,9 @@
 //! in f32 and rounds each output once (as PyTorch does; the `gemm` crate's f16 kernel rounds
 //! its f16 output after every depth block instead).
 //!
-//! Three micro-kernels, picked at run time: AVX512-BF16 (`vdpbf16ps` on bf16 pairs, bf16
-//! only), AVX2 + FMA (inputs widened to f32 while packing, f16 with F16C: no whole-operand
-//! f32 copy), and portable loops.
+//! Four micro-kernels, picked at run time: AVX512-BF16 (`vdpbf16ps` on bf16 pairs, bf16
+//! only), AVX-512F and AVX2 + FMA (inputs widened to f32 while packing, f16 with F16C: no
+//! whole-operand f32 copy), and portable loops.
 //! Without AVX512-BF16 the multiply-adds run at f32 speed; bf16 then only saves memory
 //! traffic (half the bytes read per operand).
 
@@ -12,7 +12,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 pub(crate) use super::matmul_half_kernels::GemmElem;
-use super::matmul_half_kernels::{Avx2, Avx512Bf16, Scalar};
+use super::matmul_half_kernels::{Avx2, Avx512, Avx512Bf16, Scalar};
 pub(crate) use super::packed_gemm::Mat;
 use super::packed_gemm::{gemm, runs_parallel, PAR_FLOPS};
 use crate::Result;
@@ -21,12 +21,14 @@ use crate::Result;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Path {
     Avx512Bf16,
+    /// f32 multiply-adds on 16 lanes.
+    Avx512,
     Avx2,
     Scalar,
 }
 
 impl Path {
-    pub(crate) const ALL: [Path; 3] = [Path::Avx512Bf16, Path::Avx2, Path::Scalar];
+    pub(crate) const ALL: [Path; 4] = [Path::Avx512Bf16, Path::Avx512, Path::Avx2, Path::Scalar];
 
     /// Whether this CPU can run the path.
     pub(crate) fn available(self) -> bool {
@@ -34,10 +36,11 @@ impl Path {
         {
             match self {
                 Path::Avx512Bf16 => {
-                    super::matmul_half_kernels::HAS_AVX512BF16_KERNEL
+                    super::matmul_half_kernels::HAS_AVX512_KERNELS
                         && is_x86_feature_detected!("avx512f")
                         && is_x86_feature_detected!("avx512bf16")
                 }
+                Path::Avx512 => super::matmul_half_kernels::HAS_AVX512_KERNELS && is_x86_feature_detected!("avx512f"),
                 Path::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
                 Path::Scalar => true,
             }
@@ -119,12 +122,15 @@ pub(crate) fn product_f32<E: GemmInput>(
 ) {
     let par = runs_parallel(dims);
     let pairs_done = path == Path::Avx512Bf16 && path.available() && E::gemm_pairs(a, b, dims, acc, par, accumulate);
-    if !pairs_done {
-        if path != Path::Scalar && Path::Avx2.available() {
-            gemm::<E, Avx2>(a, b, dims, acc, par, accumulate);
-        } else {
-            gemm::<E, Scalar>(a, b, dims, acc, par, accumulate);
-        }
+    if pairs_done {
+        return;
+    }
+    // The widening kernels, from `path` down to the first this CPU has.
+    let wide = Path::ALL.into_iter().skip_while(|&p| p != path).find(|&p| p != Path::Avx512Bf16 && p.available());
+    match wide {
+        Some(Path::Avx512) => gemm::<E, Avx512>(a, b, dims, acc, par, accumulate),
+        Some(Path::Avx2) => gemm::<E, Avx2>(a, b, dims, acc, par, accumulate),
+        _ => gemm::<E, Scalar>(a, b, dims, acc, par, accumulate),
     }
 }
 

@@ -243,6 +243,32 @@ unsafe fn avx2_tile(kq: usize, a: *const f32, b: *const f32, tile: *mut f32) {
     }
 }
 
+/// AVX-512F: f32 panels (16-bit inputs widened while packing), an 8 x 32 tile in 16
+/// registers: twice the lanes of the AVX2 kernel.
+pub(super) struct Avx512;
+
+impl<E: GemmElem> MicroKernel<E> for Avx512 {
+    type P = f32;
+    const MR: usize = 8;
+    const NR: usize = 32;
+    const KG: usize = 1;
+
+    #[inline(always)]
+    fn convert(src: &[E], dst: &mut [f32]) {
+        E::widen(src, dst)
+    }
+
+    unsafe fn tile(kq: usize, a: &[f32], b: &[f32], tile: &mut [f32]) {
+        // SAFETY: the caller guarantees the lengths and that the CPU has AVX-512F.
+        unsafe { avx512_tile_into(kq, a.as_ptr(), b.as_ptr(), (tile.as_mut_ptr(), 32), false) };
+    }
+
+    unsafe fn tile_into(kq: usize, a: &[f32], b: &[f32], c: *mut f32, ldc: usize, add: bool) {
+        // SAFETY: the caller guarantees the lengths, `c`'s 8 x 32 values and AVX-512F.
+        unsafe { avx512_tile_into(kq, a.as_ptr(), b.as_ptr(), (c, ldc), add) };
+    }
+}
+
 /// AVX512-BF16: bf16 panels, `vdpbf16ps` multiplies two k values per lane and adds both
 /// products into f32 accumulators; an 8 x 32 tile in 16 registers.
 pub(super) struct Avx512Bf16;
@@ -280,28 +306,75 @@ impl MicroKernel<bf16> for Avx512Bf16 {
     }
 }
 
-/// Whether this build has the AVX512-BF16 kernel: on x86-64, built by rustc 1.89 or later
-/// (the first with the AVX-512 intrinsics; older compilers get the AVX2 path).
+/// Whether this build has the AVX-512 kernels (f32 and BF16): on x86-64, built by rustc
+/// 1.89 or later (the first with the AVX-512 intrinsics; older compilers get the AVX2 path).
 #[rustversion::since(1.89)]
-pub(super) const HAS_AVX512BF16_KERNEL: bool = cfg!(target_arch = "x86_64");
+pub(super) const HAS_AVX512_KERNELS: bool = cfg!(target_arch = "x86_64");
 #[rustversion::before(1.89)]
-pub(super) const HAS_AVX512BF16_KERNEL: bool = false;
+pub(super) const HAS_AVX512_KERNELS: bool = false;
+
+#[rustversion::before(1.89)]
+unsafe fn avx512_tile_into(_: usize, _: *const f32, _: *const f32, _: (*mut f32, usize), _: bool) {
+    unreachable!("Path::available offers AVX-512 only when HAS_AVX512_KERNELS");
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[rustversion::since(1.89)]
+unsafe fn avx512_tile_into(_: usize, _: *const f32, _: *const f32, _: (*mut f32, usize), _: bool) {
+    unreachable!("Path::available offers AVX-512 only when HAS_AVX512_KERNELS");
+}
+
+/// The 8 x 32 f32 tile `a b` written to (or, when `add`, added to) `c`, 8 rows at stride
+/// `ldc`.
+#[cfg(target_arch = "x86_64")]
+#[rustversion::since(1.89)]
+#[allow(clippy::incompatible_msrv)] // only built by rustc >= 1.89, see HAS_AVX512_KERNELS
+#[target_feature(enable = "avx512f")]
+unsafe fn avx512_tile_into(kq: usize, a: *const f32, b: *const f32, (c, ldc): (*mut f32, usize), add: bool) {
+    use std::arch::x86_64::{_mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps};
+    use std::arch::x86_64::{_mm512_setzero_ps, _mm512_storeu_ps};
+    let mut acc = [[_mm512_setzero_ps(); 2]; 8];
+    for q in 0..kq {
+        // SAFETY: q < kq: depth step q of the B panel is 32 floats, of the A panel 8.
+        unsafe {
+            let (b0, b1) = (_mm512_loadu_ps(b.add(q * 32)), _mm512_loadu_ps(b.add(q * 32 + 16)));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let x = _mm512_set1_ps(*a.add(q * 8 + i));
+                row[0] = _mm512_fmadd_ps(x, b0, row[0]);
+                row[1] = _mm512_fmadd_ps(x, b1, row[1]);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        // SAFETY: `c` addresses 8 rows of 32 values at stride `ldc`.
+        unsafe {
+            let (p0, p1) = (c.add(i * ldc), c.add(i * ldc + 16));
+            let (mut v0, mut v1) = (row[0], row[1]);
+            if add {
+                v0 = _mm512_add_ps(v0, _mm512_loadu_ps(p0));
+                v1 = _mm512_add_ps(v1, _mm512_loadu_ps(p1));
+            }
+            _mm512_storeu_ps(p0, v0);
+            _mm512_storeu_ps(p1, v1);
+        }
+    }
+}
 
 #[rustversion::before(1.89)]
 unsafe fn avx512bf16_tile_into(_: usize, _: *const bf16, _: *const bf16, _: (*mut f32, usize), _: bool) {
-    unreachable!("Path::available offers AVX512-BF16 only when HAS_AVX512BF16_KERNEL");
+    unreachable!("Path::available offers AVX512-BF16 only when HAS_AVX512_KERNELS");
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 #[rustversion::since(1.89)]
 unsafe fn avx512bf16_tile_into(_: usize, _: *const bf16, _: *const bf16, _: (*mut f32, usize), _: bool) {
-    unreachable!("Path::available offers AVX512-BF16 only when HAS_AVX512BF16_KERNEL");
+    unreachable!("Path::available offers AVX512-BF16 only when HAS_AVX512_KERNELS");
 }
 
 /// The 8 x 32 tile `a b` written to (or, when `add`, added to) `c`, 8 rows at stride `ldc`.
 #[cfg(target_arch = "x86_64")]
 #[rustversion::since(1.89)]
-#[allow(clippy::incompatible_msrv)] // only built by rustc >= 1.89, see HAS_AVX512BF16_KERNEL
+#[allow(clippy::incompatible_msrv)] // only built by rustc >= 1.89, see HAS_AVX512_KERNELS
 #[target_feature(enable = "avx512f,avx512bf16")]
 unsafe fn avx512bf16_tile_into(kq: usize, a: *const bf16, b: *const bf16, (c, ldc): (*mut f32, usize), add: bool) {
     use std::arch::x86_64::{__m512, __m512bh, __m512i, _mm512_add_ps, _mm512_dpbf16_ps, _mm512_loadu_ps};

@@ -1,7 +1,8 @@
 //! Every bf16 / f16 GEMM path this CPU can run, against an f64 product of the same
 //! 16-bit inputs, on fresh random inputs (the seed is printed on failure). The AVX512-BF16
-//! path runs only where the CPU has the instructions; elsewhere its check is skipped and
-//! says so (f16 has no such kernel: that path runs AVX2 for it).
+//! and AVX-512F paths run only where the CPU has the instructions; elsewhere their checks
+//! are skipped and say so (f16 has no pair kernel: asked for AVX512-BF16, it runs the next
+//! path the CPU has).
 
 use half::{bf16, f16};
 use rand::rngs::StdRng;
@@ -90,7 +91,7 @@ fn check_at<E: Sample>(path: Path, seed: u64, (m, n, k): (usize, usize, usize), 
 
 fn check_path<E: Sample>(path: Path) {
     if !path.available() {
-        eprintln!("{path:?}: this CPU lacks the instructions, its bf16 GEMM is not tested here");
+        eprintln!("{path:?}: this CPU lacks the instructions, this GEMM path is not tested here");
         return;
     }
     let seed: u64 = rand::rng().random();
@@ -116,6 +117,16 @@ fn check_path<E: Sample>(path: Path) {
 #[test]
 fn bf16_gemm_avx512bf16_matches_f64() {
     check_path::<bf16>(Path::Avx512Bf16);
+}
+
+#[test]
+fn bf16_gemm_avx512_matches_f64() {
+    check_path::<bf16>(Path::Avx512);
+}
+
+#[test]
+fn f16_gemm_avx512_matches_f64() {
+    check_path::<f16>(Path::Avx512);
 }
 
 #[test]

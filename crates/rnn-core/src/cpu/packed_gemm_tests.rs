@@ -1,4 +1,4 @@
-//! The f32 packed GEMM (AVX2 where the CPU has it, and the portable kernel) against an f64
+//! The f32 packed GEMM (AVX-512 and AVX2 where the CPU has them, and the portable kernel) against an f64
 //! product of the same inputs, on fresh random inputs (the seed is printed on failure):
 //! edge tiles, several depth / row / column blocks, every transpose, threads with row and
 //! column splits, and accumulation into an existing output.
@@ -7,7 +7,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::matmul_half::Path;
-use super::matmul_half_kernels::{Avx2, Scalar};
+use super::matmul_half_kernels::{Avx2, Avx512, Scalar};
 use super::packed_gemm::{gemm, Mat};
 
 /// A random `rows x cols` matrix, row-major or (when `transposed`) column-major.
@@ -20,6 +20,15 @@ fn operand(rng: &mut StdRng, (rows, cols): (usize, usize), transposed: bool) -> 
     }
 }
 
+/// The packed GEMM with `path`'s f32 kernel (the portable one for any other path).
+fn run(path: Path, (a, b): (Mat<f32>, Mat<f32>), dims: (usize, usize, usize), c: &mut [f32], (par, add): (bool, bool)) {
+    match path {
+        Path::Avx512 => gemm::<f32, Avx512>(a, b, dims, c, par, add),
+        Path::Avx2 => gemm::<f32, Avx2>(a, b, dims, c, par, add),
+        _ => gemm::<f32, Scalar>(a, b, dims, c, par, add),
+    }
+}
+
 /// One problem on `path`; `c` starts random and is added to when `accumulate`.
 fn check(path: Path, seed: u64, (m, n, k): (usize, usize, usize), (ta, tb): (bool, bool), par: bool, accumulate: bool) {
     let mut rng = StdRng::seed_from_u64(seed);
@@ -28,10 +37,7 @@ fn check(path: Path, seed: u64, (m, n, k): (usize, usize, usize), (ta, tb): (boo
     let c0: Vec<f32> = (0..m * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
     let mut c = c0.clone();
     let (ma, mb) = (Mat { data: &a, rs: a_rs, cs: a_cs }, Mat { data: &b, rs: b_rs, cs: b_cs });
-    match path {
-        Path::Avx2 => gemm::<f32, Avx2>(ma, mb, (m, n, k), &mut c, par, accumulate),
-        _ => gemm::<f32, Scalar>(ma, mb, (m, n, k), &mut c, par, accumulate),
-    }
+    run(path, (ma, mb), (m, n, k), &mut c, (par, accumulate));
     for i in 0..m {
         for j in 0..n {
             let terms = (0..k).map(|p| a[i * a_rs + p * a_cs] as f64 * b[p * b_rs + j * b_cs] as f64);
@@ -75,6 +81,11 @@ fn check_path(path: Path) {
 }
 
 #[test]
+fn f32_packed_gemm_avx512_matches_f64() {
+    check_path(Path::Avx512);
+}
+
+#[test]
 fn f32_packed_gemm_avx2_matches_f64() {
     check_path(Path::Avx2);
 }
@@ -103,13 +114,10 @@ fn f32_packed_gemm_propagates_nan_and_inf() {
     let b: Vec<f32> = (0..k * n).map(|i| (i % 3) as f32 - 1.0).collect();
     a[0] = f32::NAN;
     a[k + 2] = f32::INFINITY;
-    for path in [Path::Avx2, Path::Scalar].into_iter().filter(|p| p.available()) {
+    for path in [Path::Avx512, Path::Avx2, Path::Scalar].into_iter().filter(|p| p.available()) {
         let mut c = vec![0.0f32; m * n];
         let (ma, mb) = (Mat { data: &a, rs: k, cs: 1 }, Mat { data: &b, rs: n, cs: 1 });
-        match path {
-            Path::Avx2 => gemm::<f32, Avx2>(ma, mb, (m, n, k), &mut c, false, false),
-            _ => gemm::<f32, Scalar>(ma, mb, (m, n, k), &mut c, false, false),
-        }
+        run(path, (ma, mb), (m, n, k), &mut c, (false, false));
         for j in 0..n {
             assert!(c[j].is_nan(), "{path:?}: NaN in row 0 reaches column {j}");
             let want_inf = b[2 * n + j] != 0.0;

@@ -324,6 +324,31 @@ unsafe fn avx512_tile_into(_: usize, _: *const f32, _: *const f32, _: (*mut f32,
     unreachable!("Path::available offers AVX-512 only when HAS_AVX512_KERNELS");
 }
 
+/// Writes the 8 x 32 tile `acc` to `c` (8 rows at stride `ldc`), or adds it when `add`.
+///
+/// SAFETY: AVX-512F present; `c` addresses 8 rows of 32 writable values at stride `ldc`.
+#[cfg(target_arch = "x86_64")]
+#[rustversion::since(1.89)]
+#[allow(clippy::incompatible_msrv)] // only built by rustc >= 1.89, see HAS_AVX512_KERNELS
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn avx512_store(acc: &[[std::arch::x86_64::__m512; 2]; 8], (c, ldc): (*mut f32, usize), add: bool) {
+    use std::arch::x86_64::{_mm512_add_ps, _mm512_loadu_ps, _mm512_storeu_ps};
+    for (i, row) in acc.iter().enumerate() {
+        // SAFETY: the caller's guarantee: row i of `c` holds 32 values.
+        unsafe {
+            let (p0, p1) = (c.add(i * ldc), c.add(i * ldc + 16));
+            let (mut v0, mut v1) = (row[0], row[1]);
+            if add {
+                v0 = _mm512_add_ps(v0, _mm512_loadu_ps(p0));
+                v1 = _mm512_add_ps(v1, _mm512_loadu_ps(p1));
+            }
+            _mm512_storeu_ps(p0, v0);
+            _mm512_storeu_ps(p1, v1);
+        }
+    }
+}
+
 /// The 8 x 32 f32 tile `a b` written to (or, when `add`, added to) `c`, 8 rows at stride
 /// `ldc`.
 #[cfg(target_arch = "x86_64")]
@@ -331,8 +356,7 @@ unsafe fn avx512_tile_into(_: usize, _: *const f32, _: *const f32, _: (*mut f32,
 #[allow(clippy::incompatible_msrv)] // only built by rustc >= 1.89, see HAS_AVX512_KERNELS
 #[target_feature(enable = "avx512f")]
 unsafe fn avx512_tile_into(kq: usize, a: *const f32, b: *const f32, (c, ldc): (*mut f32, usize), add: bool) {
-    use std::arch::x86_64::{_mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps};
-    use std::arch::x86_64::{_mm512_setzero_ps, _mm512_storeu_ps};
+    use std::arch::x86_64::{_mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps};
     let mut acc = [[_mm512_setzero_ps(); 2]; 8];
     for q in 0..kq {
         // SAFETY: q < kq: depth step q of the B panel is 32 floats, of the A panel 8.
@@ -345,19 +369,8 @@ unsafe fn avx512_tile_into(kq: usize, a: *const f32, b: *const f32, (c, ldc): (*
             }
         }
     }
-    for (i, row) in acc.iter().enumerate() {
-        // SAFETY: `c` addresses 8 rows of 32 values at stride `ldc`.
-        unsafe {
-            let (p0, p1) = (c.add(i * ldc), c.add(i * ldc + 16));
-            let (mut v0, mut v1) = (row[0], row[1]);
-            if add {
-                v0 = _mm512_add_ps(v0, _mm512_loadu_ps(p0));
-                v1 = _mm512_add_ps(v1, _mm512_loadu_ps(p1));
-            }
-            _mm512_storeu_ps(p0, v0);
-            _mm512_storeu_ps(p1, v1);
-        }
-    }
+    // SAFETY: the caller's guarantee on `c`.
+    unsafe { avx512_store(&acc, (c, ldc), add) };
 }
 
 #[rustversion::before(1.89)]
@@ -377,8 +390,8 @@ unsafe fn avx512bf16_tile_into(_: usize, _: *const bf16, _: *const bf16, _: (*mu
 #[allow(clippy::incompatible_msrv)] // only built by rustc >= 1.89, see HAS_AVX512_KERNELS
 #[target_feature(enable = "avx512f,avx512bf16")]
 unsafe fn avx512bf16_tile_into(kq: usize, a: *const bf16, b: *const bf16, (c, ldc): (*mut f32, usize), add: bool) {
-    use std::arch::x86_64::{__m512, __m512bh, __m512i, _mm512_add_ps, _mm512_dpbf16_ps, _mm512_loadu_ps};
-    use std::arch::x86_64::{_mm512_set1_epi32, _mm512_setzero_ps, _mm512_storeu_ps};
+    use std::arch::x86_64::{__m512, __m512bh, __m512i, _mm512_dpbf16_ps, _mm512_loadu_ps};
+    use std::arch::x86_64::{_mm512_set1_epi32, _mm512_setzero_ps};
     let mut acc = [[_mm512_setzero_ps(); 2]; 8];
     for q in 0..kq {
         // SAFETY: q < kq: group q of the B panel is 64 bf16 (32 columns x 2 k), of the A
@@ -395,17 +408,6 @@ unsafe fn avx512bf16_tile_into(kq: usize, a: *const bf16, b: *const bf16, (c, ld
             }
         }
     }
-    for (i, row) in acc.iter().enumerate() {
-        // SAFETY: `c` addresses 8 rows of 32 values at stride `ldc`.
-        unsafe {
-            let (p0, p1) = (c.add(i * ldc), c.add(i * ldc + 16));
-            let (mut v0, mut v1) = (row[0], row[1]);
-            if add {
-                v0 = _mm512_add_ps(v0, _mm512_loadu_ps(p0));
-                v1 = _mm512_add_ps(v1, _mm512_loadu_ps(p1));
-            }
-            _mm512_storeu_ps(p0, v0);
-            _mm512_storeu_ps(p1, v1);
-        }
-    }
+    // SAFETY: the caller's guarantee on `c`.
+    unsafe { avx512_store(&acc, (c, ldc), add) };
 }

@@ -14,7 +14,7 @@ cpu_line() {
     local family cpu_model flags
     family=$(sed -n '0,/^cpu family/s/^cpu family[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo)
     cpu_model=$(sed -n '0,/^model[[:space:]]*:/s/^model[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo)
-    flags=$(grep -o -w 'avx2\|fma\|f16c\|avx512f\|avx512_bf16\|avx512_fp16\|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')
+    flags=$(grep -o -w 'avx2\|fma\|f16c\|avx512f\|avx512_bf16\|avx512_fp16\|amx_bf16' /proc/cpuinfo | sort -u | paste -sd ' ')
     echo "- CPU: family ${family:-?} model ${cpu_model:-?}; vector extensions: ${flags:-none}"
 }
 

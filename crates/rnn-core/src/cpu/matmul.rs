@@ -118,13 +118,8 @@ unsafe fn packed_f32<T: 'static>(
     // SAFETY: `T` is f32; dst holds m x n elements (the caller's guarantee).
     let out = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, m * n) };
     let par = matches!(par, Parallelism::Rayon(t) if t > 1);
-    let (a, b) = (mat(a, (m, k)), mat(b, (k, n)));
-    use super::matmul_half_kernels::{Avx2, Avx512};
-    if super::matmul_half::Path::Avx512.available() {
-        super::packed_gemm::gemm::<f32, Avx512>(a, b, (m, n, k), out, par, accumulate);
-    } else {
-        super::packed_gemm::gemm::<f32, Avx2>(a, b, (m, n, k), out, par, accumulate);
-    }
+    let path = super::matmul_half::Path::best();
+    super::matmul_half::widened_gemm(path, mat(a, (m, k)), mat(b, (k, n)), (m, n, k), out, (par, accumulate));
     true
 }
 
@@ -193,12 +188,7 @@ pub(crate) fn gemm_into<T: Copy + Send + Sync + 'static>(
     units: (T, T),
     accumulate: bool,
 ) -> Result<()> {
-    check_extent("matmul", a.len(), la)?;
-    check_extent("matmul", b.len(), lb)?;
-    let (m, k, n) = (la.dims()[0], la.dims()[1], lb.dims()[1]);
-    if dst.len() != m * n || lb.dims()[0] != k {
-        return Err(Error::Msg(format!("internal: gemm_into of {la:?} and {lb:?} into {}", dst.len())));
-    }
+    let (m, k, n) = product_dims(dst.len(), (a.len(), la), (b.len(), lb))?;
     if dst.is_empty() {
         return Ok(());
     }
@@ -229,12 +219,7 @@ pub(crate) fn half_gemm_into<E: GemmInput>(
     (b, lb): (&[E], &Layout),
     accumulate: bool,
 ) -> Result<()> {
-    check_extent("matmul", a.len(), la)?;
-    check_extent("matmul", b.len(), lb)?;
-    let (m, k, n) = (la.dims()[0], la.dims()[1], lb.dims()[1]);
-    if acc.len() != m * n || lb.dims()[0] != k {
-        return Err(Error::Msg(format!("internal: half_gemm_into of {la:?} and {lb:?} into {}", acc.len())));
-    }
+    let (m, k, n) = product_dims(acc.len(), (a.len(), la), (b.len(), lb))?;
     fn mat<'a, E>(p: &'a [E], l: &Layout) -> Mat<'a, E> {
         // An empty operand's view may start past its (empty) storage.
         Mat { data: p.get(l.start_offset()..).unwrap_or(&[]), rs: l.strides()[0], cs: l.strides()[1] }
@@ -242,6 +227,22 @@ pub(crate) fn half_gemm_into<E: GemmInput>(
     let path = super::matmul_half::Path::best();
     super::matmul_half::product_f32(path, mat(a, la), mat(b, lb), (m, n, k), acc, accumulate);
     Ok(())
+}
+
+/// `(m, k, n)` of a 2-D product into an `out_len`-element output, after checking both
+/// layouts against their storages and the shapes against each other.
+fn product_dims(
+    out_len: usize,
+    (a_len, la): (usize, &Layout),
+    (b_len, lb): (usize, &Layout),
+) -> Result<(usize, usize, usize)> {
+    check_extent("matmul", a_len, la)?;
+    check_extent("matmul", b_len, lb)?;
+    let (m, k, n) = (la.dims()[0], la.dims()[1], lb.dims()[1]);
+    if out_len != m * n || lb.dims()[0] != k {
+        return Err(Error::Msg(format!("internal: a product of {la:?} and {lb:?} into {out_len} elements")));
+    }
+    Ok((m, k, n))
 }
 
 fn check_extent(op: &'static str, len: usize, l: &Layout) -> Result<()> {

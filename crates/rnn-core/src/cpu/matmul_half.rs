@@ -122,15 +122,26 @@ pub(crate) fn product_f32<E: GemmInput>(
 ) {
     let par = runs_parallel(dims);
     let pairs_done = path == Path::Avx512Bf16 && path.available() && E::gemm_pairs(a, b, dims, acc, par, accumulate);
-    if pairs_done {
-        return;
+    if !pairs_done {
+        widened_gemm(path, a, b, dims, acc, (par, accumulate));
     }
-    // The widening kernels, from `path` down to the first this CPU has.
+}
+
+/// `gemm` with the widening kernel (f32 multiply-adds) of `path`, or of the first path after
+/// it this CPU has: AVX-512F, AVX2 + FMA, portable. `(par, add)` as `gemm` takes them.
+pub(crate) fn widened_gemm<E: GemmElem>(
+    path: Path,
+    a: Mat<E>,
+    b: Mat<E>,
+    dims: (usize, usize, usize),
+    acc: &mut [f32],
+    (par, add): (bool, bool),
+) {
     let wide = Path::ALL.into_iter().skip_while(|&p| p != path).find(|&p| p != Path::Avx512Bf16 && p.available());
     match wide {
-        Some(Path::Avx512) => gemm::<E, Avx512>(a, b, dims, acc, par, accumulate),
-        Some(Path::Avx2) => gemm::<E, Avx2>(a, b, dims, acc, par, accumulate),
-        _ => gemm::<E, Scalar>(a, b, dims, acc, par, accumulate),
+        Some(Path::Avx512) => gemm::<E, Avx512>(a, b, dims, acc, par, add),
+        Some(Path::Avx2) => gemm::<E, Avx2>(a, b, dims, acc, par, add),
+        _ => gemm::<E, Scalar>(a, b, dims, acc, par, add),
     }
 }
 

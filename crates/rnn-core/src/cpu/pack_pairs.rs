@@ -1,10 +1,11 @@
 //! Packing for the AVX512-BF16 kernel, whose panels hold k in pairs: A panel element
 //! `(i, k)` at `((k / 2) * MR + i) * 2 + k % 2`, B panel element `(k, j)` at
-//! `((k / 2) * NR + j) * 2 + k % 2` (see `matmul_half_kernels`). Row- and column-major
-//! operands (every layout a training step makes) are copied a pair at a time, or two
-//! contiguous runs interleaved; other strides return false for the element-wise packers.
-//! Both zero-fill what the operand does not cover (rows or columns past its edge, the second
-//! half of an odd depth's last pair).
+//! `((k / 2) * NR + j) * 2 + k % 2` (see `matmul_half_kernels`). A pair is one 32-bit
+//! word, so for row- and column-major operands (every layout a training step makes) a panel
+//! is a transpose of words (`transpose::words`; a pair at a time where the words are not
+//! 4-byte aligned) or two contiguous runs interleaved; other strides return false for the
+//! element-wise packers. Both zero-fill what the operand does not cover (rows or columns
+//! past its edge, the second half of an odd depth's last pair).
 
 use half::bf16;
 

@@ -237,7 +237,7 @@ mod avx2 {
         for (c, o) in chunks.clone().zip(&mut outs) {
             // SAFETY: `c` and `o` hold 8 floats each.
             unsafe {
-                let e = exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), shift));
+                let e = exp8_bounded(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), shift));
                 _mm256_storeu_ps(o.as_mut_ptr(), e);
                 sum = _mm256_add_ps(sum, e);
             }
@@ -249,7 +249,7 @@ mod avx2 {
             lanes[..tail.len()].copy_from_slice(tail);
             // SAFETY: `lanes` holds 8 floats.
             unsafe {
-                let e = exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(lanes.as_ptr()), shift));
+                let e = exp8_bounded(_mm256_sub_ps(_mm256_loadu_ps(lanes.as_ptr()), shift));
                 _mm256_storeu_ps(lanes.as_mut_ptr(), e);
                 sum = _mm256_add_ps(sum, e);
             }
@@ -268,7 +268,7 @@ mod avx2 {
     /// most of the softmax's cost next to the two tile products.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    fn exp8_nonpositive(x: __m256) -> __m256 {
+    fn exp8_bounded(x: __m256) -> __m256 {
         // n = round(x log2 e) by the 1.5 * 2^23 trick: the sum's low mantissa bits are n.
         let shifted = _mm256_fmadd_ps(x, splat(std::f32::consts::LOG2_E), splat(12_582_912.0));
         let n = _mm256_sub_ps(shifted, splat(12_582_912.0));

@@ -10,13 +10,17 @@ cd "$(dirname "$0")/../.."
 OUT=gpu-build
 rm -rf "$OUT" && mkdir -p "$OUT/bin"
 
-# Test binaries of the core suite and of the layers, losses and optimizers; every
-# `test_device!` body gets a CUDA arm. wgpu is left out to keep the binaries small (the wgpu
+# Test binaries of the core suite, of the layers, losses and optimizers, and of the NCCL
+# collectives; every `test_device!` body gets a CUDA arm. wgpu is left out to keep the binaries small (the wgpu
 # suite runs in CI on lavapipe).
 {
     cargo test --release -p rnn-core --no-default-features --features cuda --no-run --message-format=json
     cargo test --release -p rnn-nn --no-default-features --features cuda --no-run --message-format=json
     cargo test --release -p rnn --features cuda --test gpu_api --no-run --message-format=json
+    # NCCL: the one-process group's CUDA collectives and data-parallel training on the GPU
+    # (they link the system's MPI, libmpi.so.40, as the nccl feature needs mpi).
+    cargo test --release -p rnn-dist --features nccl --test collectives --no-run --message-format=json
+    cargo test --release -p rnn-train --features cuda,rnn-dist/nccl --test distributed --no-run --message-format=json
 } | python3 -c '
 import json, sys
 for line in sys.stdin:

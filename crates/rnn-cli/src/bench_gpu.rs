@@ -216,7 +216,7 @@ fn bench_adamw(bench: &mut Bench, n: usize) -> CliResult<()> {
 }
 
 /// The matmul dtypes measured on `device`: f32 everywhere; on CUDA also TF32 (f32 through
-/// tensor cores, `RNN_CUDA_TF32=1`) and bf16.
+/// tensor cores, `rnn::set_allow_tf32`) and bf16.
 fn matmul_kinds(device: Device) -> Vec<(&'static str, DType, bool)> {
     let mut kinds = vec![("f32", DType::F32, false)];
     if matches!(device, Device::Cuda(_)) {
@@ -259,11 +259,7 @@ fn bench_linear(bench: &mut Bench, n: usize) -> CliResult<()> {
 
 /// Whether CUDA f32 matmuls may use TF32 (read by the backend at each matmul).
 fn set_tf32(on: bool) {
-    if on {
-        std::env::set_var("RNN_CUDA_TF32", "1");
-    } else {
-        std::env::remove_var("RNN_CUDA_TF32");
-    }
+    rnn::set_allow_tf32(on);
 }
 
 type UnaryFn = fn(&Tensor) -> rnn::Result<Tensor>;

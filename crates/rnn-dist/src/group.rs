@@ -161,6 +161,15 @@ impl ProcessGroup {
         &self.inner.nccl
     }
 
+    /// How many NCCL communicators this group has made: one per CUDA device whose tensors it
+    /// reduced with NCCL (feature `nccl`); 0 where CUDA tensors took the host path.
+    pub fn nccl_communicators(&self) -> usize {
+        #[cfg(feature = "nccl")]
+        return self.inner.nccl.count();
+        #[cfg(not(feature = "nccl"))]
+        0
+    }
+
     /// This rank's index, `0..world_size()`.
     pub fn rank(&self) -> usize {
         self.inner.rank

@@ -8,7 +8,8 @@
 //! (ordered with every op of the device) and return at once; they have no timeout of their
 //! own. Where the NCCL library is missing, CUDA tensors take the host path.
 //!
-//! Untested on a GPU here: this machine has none; it is compile-checked in CI.
+//! Run on one GPU (an H200, a one-process group: `tests/collectives.rs` with
+//! `RNN_REQUIRE_NCCL=1`); several GPUs are untested. CI compile-checks it.
 
 use std::ffi::c_void;
 use std::sync::Mutex;
@@ -37,6 +38,13 @@ impl Drop for RawComm {
 /// A group's NCCL communicators, one per CUDA device ordinal.
 #[derive(Default)]
 pub(crate) struct Comms(Mutex<Vec<(usize, RawComm)>>);
+
+impl Comms {
+    /// How many communicators exist (one per device a collective has run on).
+    pub(crate) fn count(&self) -> usize {
+        lock(&self.0).len()
+    }
+}
 
 /// Runs `collective` with NCCL when `tensor` is a non-empty f32 / f64 CUDA tensor of an MPI
 /// or one-process group and NCCL can be loaded; `None` sends it down the host path.

@@ -50,6 +50,24 @@ fn tensors_on_devices(device: Device) -> Result<()> {
 }
 test_device!(tensors_on_devices_test, tensors_on_devices);
 
+/// The one-process group's tensor collectives on each device. On CUDA with the `nccl`
+/// feature they run through NCCL (all_reduce is the identity on one rank); where the NCCL
+/// library is missing they take the host path, so `RNN_REQUIRE_NCCL=1` (the GPU script)
+/// asserts that NCCL made the group's communicator.
+fn single_group_tensors_on_devices(device: Device) -> Result<()> {
+    let g = ProcessGroup::single();
+    suite::tensors(&g, device)?;
+    let nccl_required = std::env::var_os("RNN_REQUIRE_NCCL").is_some_and(|v| v == "1");
+    if nccl_required && matches!(device, Device::Cuda(_)) {
+        let why = "the CUDA collectives did not run through NCCL (is the feature nccl on?)";
+        assert_eq!(g.nccl_communicators(), 1, "{why}");
+    } else if !matches!(device, Device::Cuda(_)) {
+        assert_eq!(g.nccl_communicators(), 0);
+    }
+    Ok(())
+}
+test_device!(single_group_tensors_on_devices_test, single_group_tensors_on_devices);
+
 #[test]
 fn from_env_without_a_launcher_is_the_single_group() -> Result<()> {
     if rnn_dist::launch::launcher_world_size().is_some() {

@@ -16,12 +16,8 @@
 // are computed in C (float for f32 / f16 / bf16, double for f64), with scalar FMAs. Tiles
 // are zero-padded to DMAX features, so the dot products run over DMAX without checks.
 //
-// WMMA (f16 / bf16 forward only, sm_70+): the tile products S = Q K^T and P V run on tensor
-// cores as 16x16x16 nvcuda::wmma fragments of T with float accumulators; tiles stay in T in
-// shared memory, and the softmax reads S from a float tile, so masking, the online softmax
-// and the row sums stay in f32 as on the scalar path; P is rounded to T for the P V product.
-// ROWS is 16 and COLS a multiple of 16 there. Only the emulator's model of the fragments
-// (emu/shim/shim_wmma.h) has run this path: it is untested on a GPU.
+// MMA (f16 / bf16, sm_80+): the three passes on tensor cores, in attention_mma.cu (appended to
+// this file), with the same semantics and arguments.
 //
 // Semantics as attention's composition (fused/attention/compose.rs): causal is top-left
 // aligned (query i sees keys j <= i); keys j >= lengths[b] are masked; a masked score is
@@ -37,28 +33,17 @@ typedef {{T}} T;
 typedef {{C}} C;
 
 #define PASS {{pass}}
-#define WMMA {{wmma}}
+#define MMA {{mma}}
 #define DMAX {{dmax}}
 #define ROWS {{rows}}
 #define COLS {{cols}}
 #define TPR 8
-#define THREADS (ROWS * TPR)
+#define THREADS {{threads}}
 #define FEATS (DMAX / TPR)
 // The row stride of shared tiles: one more than DMAX, so that the TPR threads of a row,
 // which read TPR different tile rows at the same feature, hit different banks.
 #define LD (DMAX + 1)
 #define PER_THREAD (COLS / TPR)
-// WMMA tiles: ldm must be a multiple of 8 halves (4 floats) and every fragment pointer 256-bit
-// aligned; +8 halves keeps both (a 16-row step is 16 * ldm elements, a 16-column step 32
-// bytes) and shifts consecutive rows by 16 bytes, spreading them over the banks.
-#define LDH (DMAX + 8)
-#define LDF (DMAX + 4)
-#define LDP (COLS + 8)
-#define WARPS (THREADS / 32)
-
-#if WMMA
-#include <mma.h>
-#endif
 
 #define CAUSAL 1ull
 #define LENGTHS 2ull
@@ -149,7 +134,7 @@ __device__ __forceinline__ C dot_row(const C* a, const C* b) {
 // The lse as a shift: a fully masked row (-inf) shifts by 0, so its probabilities are 0.
 __device__ __forceinline__ C lse_shift(C lse) { return lse == neg_inf() ? (C)0 : lse; }
 
-#if PASS == 0 && !WMMA
+#if PASS == 0 && !MMA
 extern "C" __global__ void kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k,
                                   const T* __restrict__ v, const u32* __restrict__ lengths,
                                   const T* __restrict__ bias, T* __restrict__ out, C* __restrict__ lse) {
@@ -218,127 +203,7 @@ extern "C" __global__ void kernel(const Info info, const T* __restrict__ q, cons
 }
 #endif
 
-#if PASS == 0 && WMMA
-namespace wmma = nvcuda::wmma;
-
-// rows [n0, n0 + count) of a view into a zero-padded [count][LDH] tile kept in T.
-template <int COUNT>
-__device__ __forceinline__ void stage_t(T (*tile)[LDH], const T* x, const View& v, u64 b, u64 h, u64 n0, u64 n_end,
-                                        u64 f) {
-    const T zero = store<T, float>(0.0f);
-    for (u32 e = threadIdx.x; e < COUNT * DMAX; e += THREADS) {
-        const u32 r = e / DMAX, c = e % DMAX;
-        const u64 n = n0 + r;
-        tile[r][c] = (n < n_end && c < f) ? x[row_at(v, b, h, n) + c * v.s3] : zero;
-    }
-}
-
-// ss = qs ks^T (unscaled): warp w computes the 16 columns [16w, 16w + 16).
-__device__ __forceinline__ void scores_mma(float (*ss)[COLS], T (*qs)[LDH], T (*ks)[LDH], u32 warp) {
-    if (warp >= COLS / 16) return;
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-    // K^T as a column-major matrix: element (feature c, key j) is ks[j][c].
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bt;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> s;
-    wmma::fill_fragment(s, 0.0f);
-#pragma unroll
-    for (int c = 0; c < DMAX; c += 16) {
-        wmma::load_matrix_sync(a, &qs[0][c], LDH);
-        wmma::load_matrix_sync(bt, &ks[16 * warp][c], LDH);
-        wmma::mma_sync(s, a, bt, s);
-    }
-    wmma::store_matrix_sync(&ss[0][16 * warp], s, COLS, wmma::mem_row_major);
-}
-
-// pv = ps vs: warp w computes the feature columns [16n, 16n + 16) for n = w, w + WARPS, ...
-__device__ __forceinline__ void pv_mma(float (*pv)[LDF], T (*ps)[LDP], T (*vs)[LDH], u32 warp) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bv;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> o;
-    for (u32 n = warp; n < DMAX / 16; n += WARPS) {
-        wmma::fill_fragment(o, 0.0f);
-#pragma unroll
-        for (int j = 0; j < COLS; j += 16) {
-            wmma::load_matrix_sync(a, &ps[0][j], LDP);
-            wmma::load_matrix_sync(bv, &vs[j][16 * n], LDH);
-            wmma::mma_sync(o, a, bv, o);
-        }
-        wmma::store_matrix_sync(&pv[0][16 * n], o, LDF, wmma::mem_row_major);
-    }
-}
-
-// Every warp reaches each fragment operation (the tile loops depend only on the block's
-// tile), as WMMA requires; masking happens on the float tile between the products.
-extern "C" __global__ void kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k,
-                                  const T* __restrict__ v, const u32* __restrict__ lengths,
-                                  const T* __restrict__ bias, T* __restrict__ out, C* __restrict__ lse) {
-    __shared__ __align__(32) T qs[ROWS][LDH];
-    __shared__ __align__(32) T ks[COLS][LDH];
-    __shared__ __align__(32) T vs[COLS][LDH];
-    __shared__ __align__(32) float ss[ROWS][COLS];
-    __shared__ __align__(32) T ps[ROWS][LDP];
-    __shared__ __align__(32) float pv[ROWS][LDF];
-    const Problem p = problem(info);
-    const View qv = view(info, 0), kv = view(info, 1), vv = view(info, 2), bv = view(info, 3);
-    const u32 r = threadIdx.x / TPR, sub = threadIdx.x % TPR, warp = threadIdx.x / 32;
-    const u64 tiles = (p.nq + ROWS - 1) / ROWS;
-    for (u64 blk = blockIdx.x; blk < p.bh_count * tiles; blk += gridDim.x) {
-        const u64 bh = blk / tiles, b = bh / p.heads, h = bh % p.heads, i0 = blk % tiles * ROWS, i = i0 + r;
-        const u64 end = key_end(p, lengths, b);
-        const u64 stop = (p.flags & CAUSAL) && i0 + ROWS < end ? i0 + ROWS : end;
-        __syncthreads();
-        stage_t<ROWS>(qs, q, qv, b, h, i0, p.nq, p.d);
-        C m = neg_inf(), shift = 0, l = 0, acc[FEATS];
-#pragma unroll
-        for (int f = 0; f < FEATS; ++f) acc[f] = 0;
-        for (u64 j0 = 0; j0 < stop; j0 += COLS) {
-            __syncthreads();
-            stage_t<COLS>(ks, k, kv, b, h, j0, p.nk, p.d);
-            stage_t<COLS>(vs, v, vv, b, h, j0, p.nk, p.dv);
-            __syncthreads();
-            scores_mma(ss, qs, ks, warp);
-            __syncthreads();
-            for (int t = 0; t < PER_THREAD; ++t) {
-                const u32 jj = sub + TPR * t;
-                ss[r][jj] = score(p, ss[r][jj], i, j0 + jj, end, bias, bv, b, h);
-            }
-            __syncwarp();
-            C tile_max = neg_inf();
-            for (int jj = 0; jj < COLS; ++jj) tile_max = nan_max(tile_max, ss[r][jj]);
-            const C m_new = nan_max(m, tile_max);
-            const C shift_new = m_new == neg_inf() ? (C)0 : m_new;
-            const C alpha = exp_c(m - shift_new);
-            __syncwarp();
-            for (int t = 0; t < PER_THREAD; ++t) {
-                const u32 jj = sub + TPR * t;
-                const float pj = exp_c(ss[r][jj] - shift_new);
-                ss[r][jj] = pj;
-                ps[r][jj] = store<T, float>(pj);
-            }
-            __syncthreads();
-            pv_mma(pv, ps, vs, warp);
-            C row_sum = 0;
-            for (int jj = 0; jj < COLS; ++jj) row_sum += ss[r][jj];
-            __syncthreads();
-#pragma unroll
-            for (int f = 0; f < FEATS; ++f) acc[f] = acc[f] * alpha + pv[r][sub + TPR * f];
-            l = l * alpha + row_sum;
-            m = m_new;
-            shift = shift_new;
-        }
-        if (i < p.nq) {
-            const C inv = l == (C)0 ? (C)0 : (C)1 / l;
-            for (int f = 0; f < FEATS; ++f) {
-                const u64 c = sub + TPR * f;
-                if (c < p.dv) out[(bh * p.nq + i) * p.dv + c] = store<T, C>(acc[f] * inv);
-            }
-            if (sub == 0) lse[bh * p.nq + i] = shift + log_c(l);
-        }
-    }
-}
-#endif
-
-#if PASS == 1
+#if PASS == 1 && !MMA
 extern "C" __global__ void kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k,
                                   const T* __restrict__ v, const T* __restrict__ o, const T* __restrict__ d_o,
                                   const C* __restrict__ lse, const u32* __restrict__ lengths,
@@ -399,7 +264,7 @@ extern "C" __global__ void kernel(const Info info, const T* __restrict__ q, cons
 }
 #endif
 
-#if PASS == 2
+#if PASS == 2 && !MMA
 // Rows are keys here and columns queries: block tiles of ROWS keys walk tiles of COLS queries.
 extern "C" __global__ void kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k,
                                   const T* __restrict__ v, const T* __restrict__ d_o, const C* __restrict__ lse,

@@ -128,7 +128,11 @@ pub mod cuda {
     // ---- Scaled dot-product attention (fused/attention/gpu.rs) ----
     /// Fused attention, FlashAttention-2 style: the forward and the two backward passes
     /// (dq; dk, dv and the bias gradient), selected by the `{{pass}}` placeholder.
-    pub const ATTENTION: &str = include_str!("../cuda/attention.cu");
+    pub const ATTENTION: &str = concat!(
+        include_str!("../cuda/mma.cuh"),
+        include_str!("../cuda/attention.cu"),
+        include_str!("../cuda/attention_mma.cu")
+    );
 
     /// Every template, by name (for compile checks).
     pub const ALL: &[(&str, &str)] = &[

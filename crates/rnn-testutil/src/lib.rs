@@ -22,8 +22,8 @@
 //! `wgpu` arms always exist and ask rnn-core at run time whether the backend was compiled in
 //! and has a device. An arm without one prints `SKIPPED on <device>: <why>` and passes, unless
 //! `RNN_REQUIRE_GPU` names the backend (CI sets `wgpu`): then it fails. The backends come
-//! with rnn-core's features, which every crate using the macro forwards (`cargo test -p rnn-nn
-//! --features cuda` builds rnn-core with CUDA, so the `cuda` arms run where a GPU is).
+//! with rnn-core's features, which every crate using the macro forwards (both are on by
+//! default, so the `cuda` arms run where an NVIDIA GPU and driver are).
 #![warn(missing_docs)]
 
 mod compare;

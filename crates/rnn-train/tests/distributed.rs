@@ -7,6 +7,7 @@
 use rnn_core::{DType, Device, GradStore, Result, Tensor};
 use rnn_nn::optim::OptimizerConfig;
 use rnn_nn::{Linear, Module, VarBuilder};
+use rnn_testutil::test_device;
 use rnn_train::data::{synthetic_digits, Batches};
 use rnn_train::distributed::{DataParallel, GradBuckets, ProcessGroup};
 use rnn_train::{ActivationFunction, History, LayerBuilder, LossFunction, Network, TrainingConfig};
@@ -143,16 +144,42 @@ fn train_network(
     batch: usize,
     epochs: usize,
 ) -> Result<(Vec<f32>, History)> {
+    train_network_on(Device::Cpu, group, samples, batch, epochs)
+}
+
+fn train_network_on(
+    device: Device,
+    group: Option<ProcessGroup>,
+    samples: usize,
+    batch: usize,
+    epochs: usize,
+) -> Result<(Vec<f32>, History)> {
     let data = synthetic_digits(samples, 5)?;
     let mut net = classifier(24)?;
     let config = TrainingConfig {
         distributed: group.map(|g| DataParallel::new(g).with_bucket_bytes(4096)),
+        device: Some(device),
         ..config(batch, epochs)
     };
     let history = net.train(&data.inputs, &data.labels, &config)?;
     let weights = net.state().iter().map(|(_, t)| t.flatten_all()?.to_vec::<f32>()).collect::<Result<Vec<_>>>()?;
     Ok((weights.concat(), history))
 }
+
+/// The data-parallel path with the model on each device: a one-process group trains to the
+/// weights of training without a group (the gradient buckets are staged through host memory,
+/// GPU gradients included).
+fn one_rank_group_trains_as_no_group(device: Device) -> Result<()> {
+    let (samples, batch, epochs) = (STEPS / 2 * 8, 8, 2);
+    let (alone, _) = train_network_on(device, None, samples, batch, epochs)?;
+    let (grouped, history) = train_network_on(device, Some(ProcessGroup::single()), samples, batch, epochs)?;
+    let (a, b): (Vec<f64>, Vec<f64>) = grouped.iter().zip(&alone).map(|(x, y)| (*x as f64, *y as f64)).unzip();
+    let err = max_rel_diff(&a, &b);
+    assert!(err < 1e-6, "{device}: one rank vs no group: max relative difference {err:e}");
+    assert_eq!(history.comm_wait_seconds.len(), epochs, "{history:?}");
+    Ok(())
+}
+test_device!(one_rank_group_trains_as_no_group_test, one_rank_group_trains_as_no_group);
 
 #[test]
 fn f32_network_on_ranks_trains_as_one_rank_with_the_whole_batch() -> Result<()> {

@@ -24,10 +24,9 @@ use crate::gpu::GemmOutcome;
 use crate::op_table::Epilogue;
 use crate::{DType, Error, Result};
 
-/// Whether f32 products may use TF32 tensor cores (`RNN_CUDA_TF32=1`); full f32 otherwise.
+/// Whether f32 products may use TF32 tensor cores (`crate::set_allow_tf32`); full f32 otherwise.
 fn tf32() -> bool {
-    static TF32: OnceLock<bool> = OnceLock::new();
-    *TF32.get_or_init(|| std::env::var("RNN_CUDA_TF32").is_ok_and(|v| !v.is_empty() && v != "0"))
+    crate::allow_tf32()
 }
 
 /// (element type, compute type, scale type) of a product of `dtype`: f16 and bf16

@@ -16,7 +16,7 @@ use crate::gpu::plan::KernelSource;
 use crate::{Error, Result};
 
 /// The shim's headers, by file name: `cuda_shim.h` (the one a translation unit includes), its
-/// parts, and the stubs of CUDA's 16-bit float and WMMA headers. The entry point comes last, as
+/// parts, and the stubs of CUDA's 16-bit float headers. The entry point comes last, as
 /// `shim_dir` writes them in this order and takes its presence for a complete folder.
 const SHIM_HEADERS: &[(&str, &str)] = &[
     ("shim_types.h", include_str!("shim/shim_types.h")),
@@ -26,10 +26,9 @@ const SHIM_HEADERS: &[(&str, &str)] = &[
     ("shim_fibers.h", include_str!("shim/shim_fibers.h")),
     ("shim_launch.h", include_str!("shim/shim_launch.h")),
     ("shim_sync.h", include_str!("shim/shim_sync.h")),
-    ("shim_wmma.h", include_str!("shim/shim_wmma.h")),
+    ("shim_mma.h", include_str!("shim/shim_mma.h")),
     ("cuda_fp16.h", include_str!("shim/cuda_fp16.h")),
     ("cuda_bf16.h", include_str!("shim/cuda_bf16.h")),
-    ("mma.h", include_str!("shim/mma.h")),
     ("cuda_shim.h", include_str!("shim/cuda_shim.h")),
 ];
 

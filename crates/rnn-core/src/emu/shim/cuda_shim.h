@@ -71,8 +71,8 @@
 // never run in lockstep, so implicit warp-synchronous code is not modelled, and
 // __activemask() returns the lanes that have not exited, not those of a divergent branch);
 // which call site a barrier is reached from; coalescing, bank conflicts, timing, occupancy,
-// register, stack and shared memory limits; tensor-core instructions other than the WMMA
-// fragments of shim_wmma.h (mma PTX), inline PTX (asm), cooperative groups, textures,
+// register, stack and shared memory limits; tensor-core instructions other than those of
+// shim_mma.h (the functions of rnn-kernels' mma.cuh), inline PTX (asm), cooperative groups, textures,
 // dynamic parallelism; spinning on another block (there is no forward-progress guarantee
 // between blocks here) or on another thread of the block without __nanosleep.
 // Numerics that differ: CUDA's math library and fast intrinsics (__expf...) are replaced by
@@ -92,10 +92,8 @@
 //   shim_fibers.h   fiber stacks, context switches, the block scheduler (rnn_emu::Worker)
 //   shim_launch.h   rnn_emu::launch: the grid on OS threads; dynamic shared memory
 //   shim_sync.h     __syncthreads and the warp collectives
-//   shim_wmma.h     nvcuda::wmma's 16x16x16 half / bf16 fragments (whole tiles in every lane)
-// cuda_fp16.h, cuda_bf16.h and mma.h are empty stubs (kernels include them inside a
-// namespace). shim_wmma.h is included for every kernel: the kernels that use half types say
-// so inside their own namespace, after this header.
+//   shim_mma.h      mma.cuh's tensor-core primitives (mma.m16n8k16, ldmatrix) on PTX's layouts
+// cuda_fp16.h and cuda_bf16.h are empty stubs (kernels include them inside a namespace).
 
 #ifndef RNN_EMU_CUDA_SHIM_H
 #define RNN_EMU_CUDA_SHIM_H
@@ -131,6 +129,6 @@
 #include "shim_fibers.h"
 #include "shim_launch.h"
 #include "shim_sync.h"
-#include "shim_wmma.h"
+#include "shim_mma.h"
 
 #endif // RNN_EMU_CUDA_SHIM_H

@@ -200,8 +200,8 @@ fn check(rng: &mut StdRng, c: &Case, dtype: DType) {
     compare_all(&format!("{what} backward"), got, reference(&bwd, &bwd_ins), &[tol(dtype, terms)]);
 }
 
-/// Every dtype and feature bucket (so every kernel variant), then the edge cases in f32 and
-/// f64.
+/// Every dtype and feature bucket (so every kernel variant), then the edge cases in every
+/// dtype.
 pub(super) fn attention() {
     let mut rng = rng(11);
     let floats = [DType::F32, DType::F64, DType::F16, DType::BF16];
@@ -216,7 +216,7 @@ pub(super) fn attention() {
             check(&mut rng, &c, dtype);
         }
     }
-    for dtype in [DType::F32, DType::F64] {
+    for dtype in floats {
         for c in edge_cases() {
             check(&mut rng, &c, dtype);
         }
@@ -255,6 +255,15 @@ fn edge_cases() -> Vec<Case> {
             c.strided = true;
             c.causal = true;
             c.bias = Some(BiasKind::Broadcast);
+        }),
+        // The 16-bit forward's tiles (64 queries, 64 keys) plus one, on 16-byte row loads
+        // (contiguous, D a multiple of 8) and on element loads (strided views).
+        with([1, 2, 65, 130, 64, 64], &|c| c.causal = true),
+        with([2, 1, 70, 67, 32, 32], &|c| c.lengths = Some(vec![66, 3])),
+        with([1, 1, 64, 65, 128, 128], &|_| {}),
+        with([1, 2, 66, 64, 64, 64], &|c| {
+            c.strided = true;
+            c.causal = true;
         }),
         Case::new([1, 2, 0, 5, 16, 16]),
         Case::new([1, 2, 4, 0, 16, 16]),

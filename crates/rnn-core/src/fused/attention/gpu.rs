@@ -8,11 +8,9 @@
 //! rank-4 views (start offset and four strides in `Info`), so strided and broadcast inputs
 //! need no copies; the mask flags are `Info` words, not variants.
 //!
-//! The CUDA forward on f16 / bf16 computes its tile products on tensor cores (`WMMA` in
-//! attention.cu, sm_70 and later), with 16-row tiles; it has run only on the emulator's model
-//! of the WMMA fragments, never on a GPU, and its speed is unmeasured. NVRTC compiles it with
-//! `<mma.h>` and its `crt/mma.h` (the CUDA toolkit, or the nvidia-cuda-crt wheel beside
-//! nvidia-cuda-runtime).
+//! On CUDA, f16 / bf16 attention has kernels of its own (attention_mma.cu, sm_80 and later): a
+//! warp per 16 rows, the tile products as mma.m16n8k16 with f32 accumulators, the softmax on
+//! the fragments in registers.
 
 use super::{stat_dtype, Attention, AttentionBackward, Dims, OP};
 use crate::gpu::elementwise::template;
@@ -86,9 +84,8 @@ fn compute_bytes(target: &Target, dtype: DType) -> usize {
 /// The tile of a pass: (rows per block, columns per step), the largest that fits the static
 /// shared memory of a CUDA block (48 KiB) or WebGPU's guaranteed 16 KiB of workgroup memory.
 fn tile(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> (usize, usize) {
-    if wmma(target, pass, dtype) {
-        // Its tiles (kept in 16 bits) take at most 33 KiB, at dmax 128.
-        return (16, 32);
+    if mma(target, dtype) {
+        return mma_tile(pass, dmax);
     }
     let limit = match target.lang {
         Lang::Cuda => 46 * 1024,
@@ -98,10 +95,31 @@ fn tile(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> (usize, usize
     [(16, 32), (16, 16), (8, 16), (8, 8), (4, 8)].into_iter().find(fits).unwrap_or((4, 8))
 }
 
-/// Whether a kernel computes its tile products with WMMA fragments: the CUDA forward on the
-/// 16-bit floats (whose fragments need 16-row tiles and 16-column steps).
-fn wmma(target: &Target, pass: Pass, dtype: DType) -> bool {
-    target.lang == Lang::Cuda && pass == Pass::Forward && matches!(dtype, DType::F16 | DType::BF16)
+/// Whether a kernel computes its tile products with mma instructions (attention_mma.cu): CUDA
+/// on the 16-bit floats.
+fn mma(target: &Target, dtype: DType) -> bool {
+    target.lang == Lang::Cuda && matches!(dtype, DType::F16 | DType::BF16)
+}
+
+/// (rows per block, columns per step) of an mma kernel: 64 x 64, less at dmax 128, where the
+/// backward's accumulators and score fragments would not fit the registers, and the dk / dv
+/// pass's four tiles would not fit 48 KiB of shared memory.
+fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
+    match (pass, dmax) {
+        (Pass::Dq, 128) => (64, 32),
+        (Pass::DkDv, 128) => (32, 32),
+        _ => (64, 64),
+    }
+}
+
+/// Threads per block of a pass's kernel: 8 per row, or a warp per 16 rows on tensor cores.
+fn block_threads(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> usize {
+    let rows = tile(target, pass, dtype, dmax).0;
+    if mma(target, dtype) {
+        rows / 16 * 32
+    } else {
+        rows * THREADS_PER_ROW
+    }
 }
 
 /// The feature bucket of D and Dv, or `None` beyond the largest (composed then).
@@ -120,9 +138,9 @@ fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<Kern
     let t = target.elem_type(OP, dtype)?;
     let (rows, cols) = tile(target, pass, dtype, dmax);
     let pass_index = (pass as usize).to_string();
+    let threads = block_threads(target, pass, dtype, dmax).to_string();
     let (dmax, rows_s, cols_s) = (dmax.to_string(), rows.to_string(), cols.to_string());
-    let threads = (rows * THREADS_PER_ROW).to_string();
-    let wmma = if wmma(target, pass, dtype) { "1" } else { "0" };
+    let mma = if mma(target, dtype) { "1" } else { "0" };
     let subs = [
         ("T", t),
         ("C", target.compute_type(dtype)),
@@ -131,7 +149,7 @@ fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<Kern
         ("rows", rows_s.as_str()),
         ("cols", cols_s.as_str()),
         ("threads", threads.as_str()),
-        ("wmma", wmma),
+        ("mma", mma),
     ];
     Ok(KernelSource::new(target, pass.template(target), &subs, target.needs_half(&[dtype])))
 }
@@ -197,7 +215,8 @@ fn launch(
     let target = p.target;
     let (tile_rows, _) = tile(&target, pass, dtype, dmax);
     let source = source(&target, pass, dtype, dmax)?;
-    let grid = Grid::Blocks(pairs * rows.div_ceil(tile_rows), (tile_rows * THREADS_PER_ROW) as u32);
+    let threads = block_threads(&target, pass, dtype, dmax) as u32;
+    let grid = Grid::Blocks(pairs * rows.div_ceil(tile_rows), threads);
     p.kernel(source, variant(pass, dtype, dmax), grid, args, info)
 }
 

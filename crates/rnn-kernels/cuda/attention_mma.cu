@@ -1,0 +1,404 @@
+// Attention on tensor cores (f16 / bf16, sm_80+; MMA in attention.cu, whose helpers these
+// kernels use). Warps own 16 rows each; the tile products run as mma.m16n8k16 with f32
+// accumulators (mma.cuh, whose fragment layouts these kernels follow: a thread holds rows g
+// and g + 8 of its warp's 16, and columns 2t, 2t + 1 of each 8-column tile). Operand tiles are
+// staged in shared memory in T, in rows of DMAX + 8 values, so that the 8 rows one ldmatrix
+// reads start on distinct banks; fragments of a block's own rows are loaded once into
+// registers. Scores are kept in base 2 (times log2(e)), so that every exponential is one
+// exp2; masking, NaN and fully masked rows follow the scalar kernels.
+//   PASS 0, forward: ROWS queries per block, key tiles of COLS; the online softmax runs on the
+//     score fragments; the row sums are reduced across the row's 4 threads once, at the end.
+//   PASS 1, backward dq (and delta = rowsum(dO * O)): ROWS queries, key tiles of COLS:
+//     S = Q K^T, P from the saved lse, dP = dO V^T, dS = P (dP - delta), dQ += dS K.
+//   PASS 2, backward dk / dv (and the bias gradient): ROWS keys, query tiles of COLS:
+//     S^T = K Q^T, dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
+// P and dS are rounded to T for their products, as FlashAttention does.
+#if MMA
+#define LDS (DMAX + 8)
+#define KSTEPS (DMAX / 16)
+#define FTILES (DMAX / 8)
+#define LOG2E 1.4426950408889634f
+
+typedef unsigned short h16;
+
+template <typename X> struct is_bf16 { static const bool value = false; };
+template <> struct is_bf16<__nv_bfloat16> { static const bool value = true; };
+#define BF16 (is_bf16<T>::value)
+
+__device__ __forceinline__ h16 bits16(__half x) { return __half_as_ushort(x); }
+__device__ __forceinline__ h16 bits16(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+__device__ __forceinline__ float value16(h16 x) { return load(*(const T*)&x); }
+
+// Two floats rounded to T, packed as a fragment word (`lo` in the low half).
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+    return (u32)bits16(store<T, float>(lo)) | (u32)bits16(store<T, float>(hi)) << 16;
+}
+
+// Whether rows of `v` can be read 16 bytes (8 values) at a time: unit feature stride, every
+// row start a multiple of 8 values, and `f` features a multiple of 8.
+__device__ __forceinline__ bool vector_rows(const View& v, u64 f) {
+    return v.s3 == 1 && ((v.off | v.s0 | v.s1 | v.s2 | f) & 7) == 0;
+}
+
+// Rows [n0, n0 + COUNT) of a view into a zero-padded [COUNT][LDS] tile of T's bits
+// (features < f, rows < n_end).
+template <int COUNT>
+__device__ __forceinline__ void stage_bits(h16 (*tile)[LDS], const T* x, const View& v, u64 b, u64 h, u64 n0,
+                                           u64 n_end, u64 f) {
+    if (vector_rows(v, f)) {
+        for (u32 e = threadIdx.x; e < COUNT * DMAX / 8; e += THREADS) {
+            const u32 r = e / (DMAX / 8), c = e % (DMAX / 8) * 8;
+            const u64 n = n0 + r;
+            uint4 w = make_uint4(0, 0, 0, 0);
+            if (n < n_end && c < f) w = *(const uint4*)(x + row_at(v, b, h, n) + c);
+            *(uint4*)&tile[r][c] = w;
+        }
+    } else {
+        for (u32 e = threadIdx.x; e < COUNT * DMAX; e += THREADS) {
+            const u32 r = e / DMAX, c = e % DMAX;
+            const u64 n = n0 + r;
+            tile[r][c] = (n < n_end && c < f) ? bits16(x[row_at(v, b, h, n) + c * v.s3]) : (h16)0;
+        }
+    }
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+    x = nan_max(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return nan_max(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// A fragments of rows [row0, row0 + 16) of `tile` over all DMAX features.
+__device__ __forceinline__ void a_frags(u32 (&a)[KSTEPS][4], h16 (*tile)[LDS], u32 row0) {
+    const u32 lane = threadIdx.x % 32;
+#pragma unroll
+    for (int s = 0; s < KSTEPS; ++s) ldsm_x4(a[s], &tile[row0 + lane / 8 % 2 * 8 + lane % 8][16 * s + lane / 16 * 8]);
+}
+
+// acc[n] += A x^T for the NT 8-row tiles of `tile` from row0: products over the features.
+template <int NT>
+__device__ __forceinline__ void mma_rows(float (&acc)[NT][4], const u32 (&a)[KSTEPS][4], h16 (*tile)[LDS], u32 row0) {
+    const u32 lane = threadIdx.x % 32;
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int kp = 0; kp < KSTEPS / 2; ++kp) {
+            u32 x[4];
+            ldsm_x4(x, &tile[row0 + 8 * n + lane % 8][32 * kp + lane / 8 * 8]);
+            const u32 b0[2] = {x[0], x[1]}, b1[2] = {x[2], x[3]};
+            mma_16816<BF16>(acc[n], a[2 * kp], b0);
+            mma_16816<BF16>(acc[n], a[2 * kp + 1], b1);
+        }
+}
+
+// acc[f] += P x for the 16 rows [row0, row0 + 16) of `tile` (P's columns) over its features.
+__device__ __forceinline__ void mma_features(float (&acc)[FTILES][4], const u32 (&pa)[4], h16 (*tile)[LDS], u32 row0) {
+    const u32 lane = threadIdx.x % 32;
+#pragma unroll
+    for (int f = 0; f < FTILES; f += 2) {
+        u32 x[4];
+        ldsm_x4_trans(x, &tile[row0 + lane / 8 % 2 * 8 + lane % 8][8 * f + lane / 16 * 8]);
+        const u32 b0[2] = {x[0], x[1]}, b1[2] = {x[2], x[3]};
+        mma_16816<BF16>(acc[f], pa, b0);
+        mma_16816<BF16>(acc[f + 1], pa, b1);
+    }
+}
+
+// The A fragment of 16 columns [16 kk, 16 kk + 16) of a fragment tile set (P or dS).
+template <int NT> __device__ __forceinline__ void pack_a(u32 (&pa)[4], const float (&x)[NT][4], int kk) {
+    pa[0] = pack2(x[2 * kk][0], x[2 * kk][1]);
+    pa[1] = pack2(x[2 * kk][2], x[2 * kk][3]);
+    pa[2] = pack2(x[2 * kk + 1][0], x[2 * kk + 1][1]);
+    pa[3] = pack2(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+}
+
+template <int NT> __device__ __forceinline__ void zero(float (&x)[NT][4]) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.0f;
+}
+
+// The base-2 score of query i and key j from the product `dot`, -inf where masked.
+__device__ __forceinline__ float score2(const Problem& p, float dot, float scale2, u64 i, u64 j, u64 end,
+                                        const T* bias, const View& bv, u64 b, u64 h) {
+    if (i >= p.nq || j >= end || ((p.flags & CAUSAL) && j > i)) return neg_inf();
+    float x = dot * scale2;
+    if (p.flags & HAS_BIAS) x += (float)load(bias[row_at(bv, b, h, i) + j * bv.s3]) * LOG2E;
+    return x;
+}
+
+// Writes rows [row0, row0 + 16) of a fragment set (times `scale`) to the contiguous
+// [rows][cols] output at `out` (rows < n, columns < cols).
+__device__ __forceinline__ void store_rows(T* out, const float (&x)[FTILES][4], float scale, u64 row0, u64 n,
+                                           u64 cols) {
+    const u32 lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const u64 i = row0 + g + 8 * r;
+        if (i >= n) continue;
+#pragma unroll
+        for (int f = 0; f < FTILES; ++f)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const u64 c = 8 * f + 2 * t + e;
+                if (c < cols) out[i * cols + c] = store<T, float>(x[f][2 * r + e] * scale);
+            }
+    }
+}
+#endif
+
+#if PASS == 0 && MMA
+#define STILES (COLS / 8)
+extern "C" __global__ void __launch_bounds__(THREADS)
+    kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+           const u32* __restrict__ lengths, const T* __restrict__ bias, T* __restrict__ out, C* __restrict__ lse) {
+    __shared__ __align__(16) h16 ks[COLS > ROWS ? COLS : ROWS][LDS];
+    __shared__ __align__(16) h16 vs[COLS][LDS];
+    const Problem p = problem(info);
+    const float scale2 = (float)p.scale * LOG2E;
+    const View qv = view(info, 0), kv = view(info, 1), vv = view(info, 2), bv = view(info, 3);
+    const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const u64 tiles = (p.nq + ROWS - 1) / ROWS;
+    for (u64 blk = blockIdx.x; blk < p.bh_count * tiles; blk += gridDim.x) {
+        // Causal tiles late in the sequence have the most keys: start them first.
+        const u64 tile = (p.flags & CAUSAL) ? tiles - 1 - blk % tiles : blk % tiles;
+        const u64 bh = blk / tiles, b = bh / p.heads, h = bh % p.heads, i0 = tile * ROWS;
+        const u64 row0 = i0 + 16 * warp + g; // this thread's rows: row0 and row0 + 8
+        const u64 end = key_end(p, lengths, b);
+        const u64 stop = (p.flags & CAUSAL) && i0 + ROWS < end ? i0 + ROWS : end;
+        __syncthreads();
+        stage_bits<ROWS>(ks, q, qv, b, h, i0, p.nq, p.d);
+        __syncthreads();
+        u32 qa[KSTEPS][4];
+        a_frags(qa, ks, 16 * warp);
+        float o[FTILES][4], m[2] = {neg_inf(), neg_inf()}, shift[2] = {0.0f, 0.0f}, l[2] = {0.0f, 0.0f};
+        zero(o);
+        for (u64 j0 = 0; j0 < stop; j0 += COLS) {
+            __syncthreads();
+            stage_bits<COLS>(ks, k, kv, b, h, j0, p.nk, p.d);
+            stage_bits<COLS>(vs, v, vv, b, h, j0, p.nk, p.dv);
+            __syncthreads();
+            float s[STILES][4];
+            zero(s);
+            mma_rows(s, qa, ks, 0);
+            float tile_max[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+            for (int n = 0; n < STILES; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
+                    s[n][e] = score2(p, s[n][e], scale2, i, j, end, bias, bv, b, h);
+                    tile_max[e / 2] = nan_max(tile_max[e / 2], s[n][e]);
+                }
+            float alpha[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float m_new = nan_max(m[r], quad_max(tile_max[r]));
+                const float shift_new = m_new == neg_inf() ? 0.0f : m_new;
+                alpha[r] = exp2f(m[r] - shift_new);
+                m[r] = m_new;
+                shift[r] = shift_new;
+                l[r] *= alpha[r];
+            }
+#pragma unroll
+            for (int f = 0; f < FTILES; ++f)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) o[f][e] *= alpha[e / 2];
+#pragma unroll
+            for (int n = 0; n < STILES; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    s[n][e] = exp2f(s[n][e] - shift[e / 2]);
+                    l[e / 2] += s[n][e];
+                }
+#pragma unroll
+            for (int kk = 0; kk < COLS / 16; ++kk) {
+                u32 pa[4];
+                pack_a(pa, s, kk);
+                mma_features(o, pa, vs, 16 * kk);
+            }
+        }
+        float inv[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float sum = quad_sum(l[r]);
+            inv[r] = sum == 0.0f ? 0.0f : 1.0f / sum;
+            const u64 i = row0 + 8 * r;
+            if (t == 0 && i < p.nq) lse[bh * p.nq + i] = shift[r] / LOG2E + logf(sum);
+        }
+#pragma unroll
+        for (int f = 0; f < FTILES; ++f)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[f][e] *= inv[e / 2];
+        store_rows(out + bh * p.nq * p.dv, o, 1.0f, i0 + 16 * warp, p.nq, p.dv);
+    }
+}
+#endif
+
+#if PASS == 1 && MMA
+#define STILES (COLS / 8)
+extern "C" __global__ void __launch_bounds__(THREADS)
+    kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+           const T* __restrict__ o, const T* __restrict__ d_o, const C* __restrict__ lse,
+           const u32* __restrict__ lengths, const T* __restrict__ bias, T* __restrict__ dq, C* __restrict__ delta) {
+    // Q and dO rows first (2 ROWS rows), then K and V tiles (2 COLS rows) in the same space.
+    __shared__ __align__(16) h16 tiles_smem[2 * (COLS > ROWS ? COLS : ROWS)][LDS];
+    __shared__ float deltas[ROWS];
+    h16(*ks)[LDS] = tiles_smem;
+    h16(*vs)[LDS] = tiles_smem + COLS;
+    const Problem p = problem(info);
+    const float scale2 = (float)p.scale * LOG2E;
+    const View qv = view(info, 0), kv = view(info, 1), vv = view(info, 2), ov = view(info, 3), dov = view(info, 4),
+               bv = view(info, 5);
+    const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const u64 tiles = (p.nq + ROWS - 1) / ROWS;
+    for (u64 blk = blockIdx.x; blk < p.bh_count * tiles; blk += gridDim.x) {
+        const u64 tile = (p.flags & CAUSAL) ? tiles - 1 - blk % tiles : blk % tiles;
+        const u64 bh = blk / tiles, b = bh / p.heads, h = bh % p.heads, i0 = tile * ROWS;
+        const u64 row0 = i0 + 16 * warp + g;
+        const u64 end = key_end(p, lengths, b);
+        const u64 stop = (p.flags & CAUSAL) && i0 + ROWS < end ? i0 + ROWS : end;
+        __syncthreads();
+        stage_bits<ROWS>(tiles_smem, q, qv, b, h, i0, p.nq, p.d);
+        stage_bits<ROWS>(tiles_smem + ROWS, d_o, dov, b, h, i0, p.nq, p.dv);
+        __syncthreads();
+        // delta = rowsum(dO * O): two threads per row, in float as the scalar kernel.
+        for (u32 r = threadIdx.x / 2; r < ROWS; r += THREADS / 2) {
+            const u64 i = i0 + r;
+            float dl = 0.0f;
+            if (i < p.nq)
+                for (u64 c = threadIdx.x % 2; c < p.dv; c += 2)
+                    dl += value16(tiles_smem[ROWS + r][c]) * (float)load(o[row_at(ov, b, h, i) + c * ov.s3]);
+            dl += __shfl_xor_sync(0xffffffffu, dl, 1);
+            if (threadIdx.x % 2 == 0) {
+                deltas[r] = dl;
+                if (i < p.nq) delta[bh * p.nq + i] = dl;
+            }
+        }
+        u32 qa[KSTEPS][4], da[KSTEPS][4];
+        a_frags(qa, tiles_smem, 16 * warp);
+        a_frags(da, tiles_smem, ROWS + 16 * warp);
+        __syncthreads();
+        float shift[2], dl[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const u64 i = row0 + 8 * r;
+            shift[r] = i < p.nq ? lse_shift(lse[bh * p.nq + i]) * LOG2E : 0.0f;
+            dl[r] = deltas[16 * warp + g + 8 * r];
+        }
+        float acc[FTILES][4];
+        zero(acc);
+        for (u64 j0 = 0; j0 < stop; j0 += COLS) {
+            __syncthreads();
+            stage_bits<COLS>(ks, k, kv, b, h, j0, p.nk, p.d);
+            stage_bits<COLS>(vs, v, vv, b, h, j0, p.nk, p.dv);
+            __syncthreads();
+            float s[STILES][4], dp[STILES][4];
+            zero(s);
+            zero(dp);
+            mma_rows(s, qa, ks, 0);
+            mma_rows(dp, da, vs, 0);
+#pragma unroll
+            for (int n = 0; n < STILES; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
+                    const float pr = exp2f(score2(p, s[n][e], scale2, i, j, end, bias, bv, b, h) - shift[e / 2]);
+                    s[n][e] = i < p.nq && j < p.nk ? pr * (dp[n][e] - dl[e / 2]) : 0.0f;
+                }
+#pragma unroll
+            for (int kk = 0; kk < COLS / 16; ++kk) {
+                u32 sa[4];
+                pack_a(sa, s, kk);
+                mma_features(acc, sa, ks, 16 * kk);
+            }
+        }
+        store_rows(dq + bh * p.nq * p.d, acc, (float)p.scale, i0 + 16 * warp, p.nq, p.d);
+    }
+}
+#endif
+
+#if PASS == 2 && MMA
+#define STILES (COLS / 8)
+extern "C" __global__ void __launch_bounds__(THREADS)
+    kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+           const T* __restrict__ d_o, const C* __restrict__ lse, const C* __restrict__ delta,
+           const u32* __restrict__ lengths, const T* __restrict__ bias, T* __restrict__ dk, T* __restrict__ dv,
+           T* __restrict__ dbias) {
+    __shared__ __align__(16) h16 ks[ROWS][LDS];
+    __shared__ __align__(16) h16 vs[ROWS][LDS];
+    __shared__ __align__(16) h16 qs[COLS][LDS];
+    __shared__ __align__(16) h16 dos[COLS][LDS];
+    __shared__ float shifts[COLS];
+    __shared__ float deltas[COLS];
+    const Problem p = problem(info);
+    const float scale2 = (float)p.scale * LOG2E;
+    const View qv = view(info, 0), kv = view(info, 1), vv = view(info, 2), dov = view(info, 4), bv = view(info, 5);
+    const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const bool bias_grad = p.flags & BIAS_GRAD;
+    const u64 tiles = (p.nk + ROWS - 1) / ROWS;
+    for (u64 blk = blockIdx.x; blk < p.bh_count * tiles; blk += gridDim.x) {
+        // Causal: early keys are seen by the most queries; start them first.
+        const u64 bh = blk / tiles, b = bh / p.heads, h = bh % p.heads, j0 = blk % tiles * ROWS;
+        const u64 col0 = j0 + 16 * warp + g; // this thread's keys: col0 and col0 + 8
+        const u64 end = key_end(p, lengths, b);
+        // Queries before the tile's first key, or every query when the keys are cut off by
+        // the lengths, see none of its keys; the bias gradient is still written there.
+        const u64 first = bias_grad ? 0 : ((p.flags & CAUSAL) ? j0 / COLS * COLS : 0);
+        const u64 last = bias_grad || j0 < end ? p.nq : 0;
+        __syncthreads();
+        stage_bits<ROWS>(ks, k, kv, b, h, j0, p.nk, p.d);
+        stage_bits<ROWS>(vs, v, vv, b, h, j0, p.nk, p.dv);
+        float dk_acc[FTILES][4], dv_acc[FTILES][4];
+        zero(dk_acc);
+        zero(dv_acc);
+        for (u64 i0 = first; i0 < last; i0 += COLS) {
+            __syncthreads();
+            stage_bits<COLS>(qs, q, qv, b, h, i0, p.nq, p.d);
+            stage_bits<COLS>(dos, d_o, dov, b, h, i0, p.nq, p.dv);
+            for (u32 e = threadIdx.x; e < COLS; e += THREADS) {
+                const bool in = i0 + e < p.nq;
+                shifts[e] = in ? lse_shift(lse[bh * p.nq + i0 + e]) * LOG2E : 0.0f;
+                deltas[e] = in ? delta[bh * p.nq + i0 + e] : 0.0f;
+            }
+            __syncthreads();
+            float s[STILES][4], dp[STILES][4];
+            zero(s);
+            zero(dp);
+            {
+                u32 a[KSTEPS][4];
+                a_frags(a, ks, 16 * warp);
+                mma_rows(s, a, qs, 0);
+                a_frags(a, vs, 16 * warp);
+                mma_rows(dp, a, dos, 0);
+            }
+#pragma unroll
+            for (int n = 0; n < STILES; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const u32 ii = 8 * n + 2 * t + e % 2;
+                    const u64 j = col0 + e / 2 * 8, i = i0 + ii;
+                    const bool in = i < p.nq && j < p.nk;
+                    const float pr = in ? exp2f(score2(p, s[n][e], scale2, i, j, end, bias, bv, b, h) - shifts[ii]) : 0.0f;
+                    const float ds = in ? pr * (dp[n][e] - deltas[ii]) : 0.0f;
+                    if (bias_grad && in) dbias[(bh * p.nq + i) * p.nk + j] = store<T, float>(ds);
+                    s[n][e] = pr;
+                    dp[n][e] = ds;
+                }
+#pragma unroll
+            for (int kk = 0; kk < COLS / 16; ++kk) {
+                u32 pa[4];
+                pack_a(pa, s, kk);
+                mma_features(dv_acc, pa, dos, 16 * kk);
+                pack_a(pa, dp, kk);
+                mma_features(dk_acc, pa, qs, 16 * kk);
+            }
+        }
+        store_rows(dk + bh * p.nk * p.d, dk_acc, (float)p.scale, j0 + 16 * warp, p.nk, p.d);
+        store_rows(dv + bh * p.nk * p.dv, dv_acc, 1.0f, j0 + 16 * warp, p.nk, p.dv);
+    }
+}
+#endif

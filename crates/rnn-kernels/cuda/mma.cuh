@@ -1,0 +1,49 @@
+// Warp-level tensor-core primitives on 16-bit operands (sm_80 and later), prepended to the
+// kernels that use them. A fragment register (u32) holds two 16-bit values, the lower
+// column (or k) index in the low half. Layouts are PTX's for mma.m16n8k16 with g = lane / 4,
+// t = lane % 4:
+//   A (16 x 16, row-major) a[4]: a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..),
+//                                a3 = (g+8, 2t+8..)
+//   B (16 x 8, k x n)      b[2]: b0 = (k 2t..2t+1, n g), b1 = (k 2t+8..2t+9, n g)
+//   C (16 x 8, f32)        c[4]: c0, c1 = (g, 2t..2t+1), c2, c3 = (g+8, 2t..2t+1)
+// ldmatrix x4 loads four 8 x 8 matrices of 16-bit values from shared memory; lane l gives the
+// address of row l % 8 of matrix l / 8, and receives in r[i] the word t of row g of matrix i
+// (`_trans`: the pair (row 2t, 2t+1; column g) of matrix i).
+//
+// Under the CUDA emulator (no inline PTX on the host) the shim defines the same functions
+// with these semantics (emu/shim/shim_mma.h).
+
+#ifndef RNN_EMU_CUDA_SHIM_H
+// d += a * b for bf16 (`bf16` true) or f16 operands, f32 accumulators.
+template <bool bf16> __device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]);
+
+template <> __device__ __forceinline__ void mma_16816<true>(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <> __device__ __forceinline__ void mma_16816<false>(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], const void* row) {
+    const u32 addr = (u32)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(u32 (&r)[4], const void* row) {
+    const u32 addr = (u32)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+#endif

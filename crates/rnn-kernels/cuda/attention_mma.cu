@@ -12,7 +12,9 @@
 //     S = Q K^T, P from the saved lse, dP = dO V^T, dS = P (dP - delta), dQ += dS K.
 //   PASS 2, backward dk / dv (and the bias gradient): ROWS keys, query tiles of COLS:
 //     S^T = K Q^T, dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
-// P and dS are rounded to T for their products, as FlashAttention does.
+// P and dS are rounded to T for their products, as FlashAttention does. The column tiles
+// are double-buffered: cp.async copies of tile t + 1 run while tile t is multiplied. Tiles
+// that no mask reaches skip the per-element checks.
 #if MMA
 #define LDS (DMAX + 8)
 #define KSTEPS (DMAX / 16)
@@ -40,18 +42,20 @@ __device__ __forceinline__ bool vector_rows(const View& v, u64 f) {
     return v.s3 == 1 && ((v.off | v.s0 | v.s1 | v.s2 | f) & 7) == 0;
 }
 
-// Rows [n0, n0 + COUNT) of a view into a zero-padded [COUNT][LDS] tile of T's bits
-// (features < f, rows < n_end).
+// Starts copying rows [n0, n0 + COUNT) of a view into a zero-padded [COUNT][LDS] tile of T's
+// bits (features < f, rows < n_end): cp.async for rows of 16-byte pieces, plain loads
+// otherwise. The caller commits the copies and waits for them.
 template <int COUNT>
-__device__ __forceinline__ void stage_bits(h16 (*tile)[LDS], const T* x, const View& v, u64 b, u64 h, u64 n0,
-                                           u64 n_end, u64 f) {
+__device__ __forceinline__ void stage_async(h16 (*tile)[LDS], const T* x, const View& v, u64 b, u64 h, u64 n0,
+                                            u64 n_end, u64 f) {
     if (vector_rows(v, f)) {
         for (u32 e = threadIdx.x; e < COUNT * DMAX / 8; e += THREADS) {
             const u32 r = e / (DMAX / 8), c = e % (DMAX / 8) * 8;
             const u64 n = n0 + r;
-            uint4 w = make_uint4(0, 0, 0, 0);
-            if (n < n_end && c < f) w = *(const uint4*)(x + row_at(v, b, h, n) + c);
-            *(uint4*)&tile[r][c] = w;
+            if (n < n_end && c < f)
+                cp_async_16(&tile[r][c], x + row_at(v, b, h, n) + c);
+            else
+                *(uint4*)&tile[r][c] = make_uint4(0, 0, 0, 0);
         }
     } else {
         for (u32 e = threadIdx.x; e < COUNT * DMAX; e += THREADS) {
@@ -60,6 +64,21 @@ __device__ __forceinline__ void stage_bits(h16 (*tile)[LDS], const T* x, const V
             tile[r][c] = (n < n_end && c < f) ? bits16(x[row_at(v, b, h, n) + c * v.s3]) : (h16)0;
         }
     }
+}
+
+// The same, waited for (by this thread: a barrier must follow).
+template <int COUNT>
+__device__ __forceinline__ void stage_bits(h16 (*tile)[LDS], const T* x, const View& v, u64 b, u64 h, u64 n0,
+                                           u64 n_end, u64 f) {
+    stage_async<COUNT>(tile, x, v, b, h, n0, n_end, f);
+    cp_async_commit();
+    cp_async_wait<0>();
+}
+
+// Whether the scores of queries [i0, i0 + ni) and keys [j0, j0 + nj) need the per-element
+// masks: a bias, keys past `end`, the causal diagonal, or queries past the last.
+__device__ __forceinline__ bool needs_mask(const Problem& p, u64 i0, u64 ni, u64 j0, u64 nj, u64 end) {
+    return (p.flags & HAS_BIAS) || j0 + nj > end || ((p.flags & CAUSAL) && j0 + nj - 1 > i0) || i0 + ni > p.nq;
 }
 
 __device__ __forceinline__ float quad_max(float x) {
@@ -152,11 +171,14 @@ __device__ __forceinline__ void store_rows(T* out, const float (&x)[FTILES][4], 
 
 #if PASS == 0 && MMA
 #define STILES (COLS / 8)
+// K and V tiles are double-buffered: the copies of tile t + 1 run while tile t is multiplied.
 extern "C" __global__ void __launch_bounds__(THREADS)
     kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
            const u32* __restrict__ lengths, const T* __restrict__ bias, T* __restrict__ out, C* __restrict__ lse) {
-    __shared__ __align__(16) h16 ks[COLS > ROWS ? COLS : ROWS][LDS];
-    __shared__ __align__(16) h16 vs[COLS][LDS];
+    // Two buffers of COLS rows each for K and V; the query rows are staged across both K
+    // buffers (2 COLS >= ROWS) before the tiles.
+    __shared__ __align__(16) h16 kbuf[2 * COLS][LDS];
+    __shared__ __align__(16) h16 vbuf[2 * COLS][LDS];
     const Problem p = problem(info);
     const float scale2 = (float)p.scale * LOG2E;
     const View qv = view(info, 0), kv = view(info, 1), vv = view(info, 2), bv = view(info, 3);
@@ -169,28 +191,44 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         const u64 row0 = i0 + 16 * warp + g; // this thread's rows: row0 and row0 + 8
         const u64 end = key_end(p, lengths, b);
         const u64 stop = (p.flags & CAUSAL) && i0 + ROWS < end ? i0 + ROWS : end;
+        const u64 steps = (stop + COLS - 1) / COLS;
         __syncthreads();
-        stage_bits<ROWS>(ks, q, qv, b, h, i0, p.nq, p.d);
+        stage_bits<ROWS>(kbuf, q, qv, b, h, i0, p.nq, p.d);
         __syncthreads();
         u32 qa[KSTEPS][4];
-        a_frags(qa, ks, 16 * warp);
+        a_frags(qa, kbuf, 16 * warp);
+        __syncthreads();
+        if (steps > 0) {
+            stage_async<COLS>(kbuf, k, kv, b, h, 0, p.nk, p.d);
+            stage_async<COLS>(vbuf, v, vv, b, h, 0, p.nk, p.dv);
+            cp_async_commit();
+        }
         float o[FTILES][4], m[2] = {neg_inf(), neg_inf()}, shift[2] = {0.0f, 0.0f}, l[2] = {0.0f, 0.0f};
         zero(o);
-        for (u64 j0 = 0; j0 < stop; j0 += COLS) {
-            __syncthreads();
-            stage_bits<COLS>(ks, k, kv, b, h, j0, p.nk, p.d);
-            stage_bits<COLS>(vs, v, vv, b, h, j0, p.nk, p.dv);
+        for (u64 step = 0; step < steps; ++step) {
+            const u64 j0 = step * COLS;
+            h16(*ks)[LDS] = kbuf + step % 2 * COLS;
+            h16(*vs)[LDS] = vbuf + step % 2 * COLS;
+            if (step + 1 < steps) {
+                stage_async<COLS>(kbuf + (step + 1) % 2 * COLS, k, kv, b, h, j0 + COLS, p.nk, p.d);
+                stage_async<COLS>(vbuf + (step + 1) % 2 * COLS, v, vv, b, h, j0 + COLS, p.nk, p.dv);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
             __syncthreads();
             float s[STILES][4];
             zero(s);
             mma_rows(s, qa, ks, 0);
             float tile_max[2] = {neg_inf(), neg_inf()};
+            const bool masked = needs_mask(p, i0, ROWS, j0, COLS, end);
 #pragma unroll
             for (int n = 0; n < STILES; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
-                    s[n][e] = score2(p, s[n][e], scale2, i, j, end, bias, bv, b, h);
+                    s[n][e] = masked ? score2(p, s[n][e], scale2, i, j, end, bias, bv, b, h) : s[n][e] * scale2;
                     tile_max[e / 2] = nan_max(tile_max[e / 2], s[n][e]);
                 }
             float alpha[2];
@@ -220,6 +258,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 pack_a(pa, s, kk);
                 mma_features(o, pa, vs, 16 * kk);
             }
+            __syncthreads();
         }
         float inv[2];
 #pragma unroll
@@ -240,15 +279,15 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 
 #if PASS == 1 && MMA
 #define STILES (COLS / 8)
+#define SMEM_ROWS (2 * ROWS > 4 * COLS ? 2 * ROWS : 4 * COLS)
 extern "C" __global__ void __launch_bounds__(THREADS)
     kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
            const T* __restrict__ o, const T* __restrict__ d_o, const C* __restrict__ lse,
            const u32* __restrict__ lengths, const T* __restrict__ bias, T* __restrict__ dq, C* __restrict__ delta) {
-    // Q and dO rows first (2 ROWS rows), then K and V tiles (2 COLS rows) in the same space.
-    __shared__ __align__(16) h16 tiles_smem[2 * (COLS > ROWS ? COLS : ROWS)][LDS];
+    // First the Q and dO rows (2 ROWS rows), then two buffers of a K and a V tile (4 COLS rows)
+    // in the same space: buffer s holds K at rows 2 s COLS, V COLS rows further.
+    __shared__ __align__(16) h16 tiles_smem[SMEM_ROWS][LDS];
     __shared__ float deltas[ROWS];
-    h16(*ks)[LDS] = tiles_smem;
-    h16(*vs)[LDS] = tiles_smem + COLS;
     const Problem p = problem(info);
     const float scale2 = (float)p.scale * LOG2E;
     const View qv = view(info, 0), kv = view(info, 1), vv = view(info, 2), ov = view(info, 3), dov = view(info, 4),
@@ -261,6 +300,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         const u64 row0 = i0 + 16 * warp + g;
         const u64 end = key_end(p, lengths, b);
         const u64 stop = (p.flags & CAUSAL) && i0 + ROWS < end ? i0 + ROWS : end;
+        const u64 steps = (stop + COLS - 1) / COLS;
         __syncthreads();
         stage_bits<ROWS>(tiles_smem, q, qv, b, h, i0, p.nq, p.d);
         stage_bits<ROWS>(tiles_smem + ROWS, d_o, dov, b, h, i0, p.nq, p.dv);
@@ -289,25 +329,41 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             shift[r] = i < p.nq ? lse_shift(lse[bh * p.nq + i]) * LOG2E : 0.0f;
             dl[r] = deltas[16 * warp + g + 8 * r];
         }
+        if (steps > 0) {
+            stage_async<COLS>(tiles_smem, k, kv, b, h, 0, p.nk, p.d);
+            stage_async<COLS>(tiles_smem + COLS, v, vv, b, h, 0, p.nk, p.dv);
+            cp_async_commit();
+        }
         float acc[FTILES][4];
         zero(acc);
-        for (u64 j0 = 0; j0 < stop; j0 += COLS) {
-            __syncthreads();
-            stage_bits<COLS>(ks, k, kv, b, h, j0, p.nk, p.d);
-            stage_bits<COLS>(vs, v, vv, b, h, j0, p.nk, p.dv);
+        for (u64 step = 0; step < steps; ++step) {
+            const u64 j0 = step * COLS;
+            h16(*ks)[LDS] = tiles_smem + step % 2 * 2 * COLS;
+            h16(*vs)[LDS] = ks + COLS;
+            if (step + 1 < steps) {
+                h16(*next)[LDS] = tiles_smem + (step + 1) % 2 * 2 * COLS;
+                stage_async<COLS>(next, k, kv, b, h, j0 + COLS, p.nk, p.d);
+                stage_async<COLS>(next + COLS, v, vv, b, h, j0 + COLS, p.nk, p.dv);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
             __syncthreads();
             float s[STILES][4], dp[STILES][4];
             zero(s);
             zero(dp);
             mma_rows(s, qa, ks, 0);
             mma_rows(dp, da, vs, 0);
+            const bool masked = needs_mask(p, i0, ROWS, j0, COLS, end);
 #pragma unroll
             for (int n = 0; n < STILES; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
-                    const float pr = exp2f(score2(p, s[n][e], scale2, i, j, end, bias, bv, b, h) - shift[e / 2]);
-                    s[n][e] = i < p.nq && j < p.nk ? pr * (dp[n][e] - dl[e / 2]) : 0.0f;
+                    const float x = masked ? score2(p, s[n][e], scale2, i, j, end, bias, bv, b, h) : s[n][e] * scale2;
+                    const float pr = exp2f(x - shift[e / 2]);
+                    s[n][e] = !masked || (i < p.nq && j < p.nk) ? pr * (dp[n][e] - dl[e / 2]) : 0.0f;
                 }
 #pragma unroll
             for (int kk = 0; kk < COLS / 16; ++kk) {
@@ -315,6 +371,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 pack_a(sa, s, kk);
                 mma_features(acc, sa, ks, 16 * kk);
             }
+            __syncthreads();
         }
         store_rows(dq + bh * p.nq * p.d, acc, (float)p.scale, i0 + 16 * warp, p.nq, p.d);
     }
@@ -323,6 +380,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 
 #if PASS == 2 && MMA
 #define STILES (COLS / 8)
+// Q and dO tiles (and their lse shifts and deltas) are double-buffered.
 extern "C" __global__ void __launch_bounds__(THREADS)
     kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
            const T* __restrict__ d_o, const C* __restrict__ lse, const C* __restrict__ delta,
@@ -330,10 +388,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
            T* __restrict__ dbias) {
     __shared__ __align__(16) h16 ks[ROWS][LDS];
     __shared__ __align__(16) h16 vs[ROWS][LDS];
-    __shared__ __align__(16) h16 qs[COLS][LDS];
-    __shared__ __align__(16) h16 dos[COLS][LDS];
-    __shared__ float shifts[COLS];
-    __shared__ float deltas[COLS];
+    // Buffer s: Q at rows 2 s COLS, dO COLS rows further.
+    __shared__ __align__(16) h16 qdo[4 * COLS][LDS];
+    __shared__ float shifts[2][COLS];
+    __shared__ float deltas[2][COLS];
     const Problem p = problem(info);
     const float scale2 = (float)p.scale * LOG2E;
     const View qv = view(info, 0), kv = view(info, 1), vv = view(info, 2), dov = view(info, 4), bv = view(info, 5);
@@ -341,7 +399,6 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const bool bias_grad = p.flags & BIAS_GRAD;
     const u64 tiles = (p.nk + ROWS - 1) / ROWS;
     for (u64 blk = blockIdx.x; blk < p.bh_count * tiles; blk += gridDim.x) {
-        // Causal: early keys are seen by the most queries; start them first.
         const u64 bh = blk / tiles, b = bh / p.heads, h = bh % p.heads, j0 = blk % tiles * ROWS;
         const u64 col0 = j0 + 16 * warp + g; // this thread's keys: col0 and col0 + 8
         const u64 end = key_end(p, lengths, b);
@@ -349,20 +406,36 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         // the lengths, see none of its keys; the bias gradient is still written there.
         const u64 first = bias_grad ? 0 : ((p.flags & CAUSAL) ? j0 / COLS * COLS : 0);
         const u64 last = bias_grad || j0 < end ? p.nq : 0;
+        const u64 steps = last > first ? (last - first + COLS - 1) / COLS : 0;
+        cp_async_wait<0>(); // the key tile of a block that had no query tiles
         __syncthreads();
-        stage_bits<ROWS>(ks, k, kv, b, h, j0, p.nk, p.d);
-        stage_bits<ROWS>(vs, v, vv, b, h, j0, p.nk, p.dv);
+        stage_async<ROWS>(ks, k, kv, b, h, j0, p.nk, p.d);
+        stage_async<ROWS>(vs, v, vv, b, h, j0, p.nk, p.dv);
+        cp_async_commit();
+        // Issues the copies of query tile `i0` into buffer `s`.
+        auto issue = [&](u64 i0, u64 s) {
+            stage_async<COLS>(qdo + s * 2 * COLS, q, qv, b, h, i0, p.nq, p.d);
+            stage_async<COLS>(qdo + s * 2 * COLS + COLS, d_o, dov, b, h, i0, p.nq, p.dv);
+            for (u32 e = threadIdx.x; e < COLS; e += THREADS) {
+                const bool in = i0 + e < p.nq;
+                shifts[s][e] = in ? lse_shift(lse[bh * p.nq + i0 + e]) * LOG2E : 0.0f;
+                deltas[s][e] = in ? delta[bh * p.nq + i0 + e] : 0.0f;
+            }
+            cp_async_commit();
+        };
+        if (steps > 0) issue(first, 0);
         float dk_acc[FTILES][4], dv_acc[FTILES][4];
         zero(dk_acc);
         zero(dv_acc);
-        for (u64 i0 = first; i0 < last; i0 += COLS) {
-            __syncthreads();
-            stage_bits<COLS>(qs, q, qv, b, h, i0, p.nq, p.d);
-            stage_bits<COLS>(dos, d_o, dov, b, h, i0, p.nq, p.dv);
-            for (u32 e = threadIdx.x; e < COLS; e += THREADS) {
-                const bool in = i0 + e < p.nq;
-                shifts[e] = in ? lse_shift(lse[bh * p.nq + i0 + e]) * LOG2E : 0.0f;
-                deltas[e] = in ? delta[bh * p.nq + i0 + e] : 0.0f;
+        for (u64 step = 0; step < steps; ++step) {
+            const u64 i0 = first + step * COLS, buf = step % 2;
+            h16(*qs)[LDS] = qdo + buf * 2 * COLS;
+            h16(*dos)[LDS] = qs + COLS;
+            if (step + 1 < steps) {
+                issue(i0 + COLS, buf ^ 1);
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
             }
             __syncthreads();
             float s[STILES][4], dp[STILES][4];
@@ -375,15 +448,17 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 a_frags(a, vs, 16 * warp);
                 mma_rows(dp, a, dos, 0);
             }
+            const bool masked = needs_mask(p, i0, COLS, j0, ROWS, end);
 #pragma unroll
             for (int n = 0; n < STILES; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const u32 ii = 8 * n + 2 * t + e % 2;
                     const u64 j = col0 + e / 2 * 8, i = i0 + ii;
-                    const bool in = i < p.nq && j < p.nk;
-                    const float pr = in ? exp2f(score2(p, s[n][e], scale2, i, j, end, bias, bv, b, h) - shifts[ii]) : 0.0f;
-                    const float ds = in ? pr * (dp[n][e] - deltas[ii]) : 0.0f;
+                    const bool in = !masked || (i < p.nq && j < p.nk);
+                    const float x = masked ? score2(p, s[n][e], scale2, i, j, end, bias, bv, b, h) : s[n][e] * scale2;
+                    const float pr = in ? exp2f(x - shifts[buf][ii]) : 0.0f;
+                    const float ds = in ? pr * (dp[n][e] - deltas[buf][ii]) : 0.0f;
                     if (bias_grad && in) dbias[(bh * p.nq + i) * p.nk + j] = store<T, float>(ds);
                     s[n][e] = pr;
                     dp[n][e] = ds;
@@ -396,6 +471,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 pack_a(pa, dp, kk);
                 mma_features(dk_acc, pa, qs, 16 * kk);
             }
+            __syncthreads();
         }
         store_rows(dk + bh * p.nk * p.d, dk_acc, (float)p.scale, j0 + 16 * warp, p.nk, p.d);
         store_rows(dv + bh * p.nk * p.dv, dv_acc, 1.0f, j0 + 16 * warp, p.nk, p.dv);

@@ -1,5 +1,5 @@
-// Warp-level tensor-core primitives on 16-bit operands (sm_80 and later), prepended to the
-// kernels that use them. A fragment register (u32) holds two 16-bit values, the lower
+// Warp-level tensor-core primitives on 16-bit operands and asynchronous copies (sm_80 and
+// later), prepended to the kernels that use them. A fragment register (u32) holds two 16-bit values, the lower
 // column (or k) index in the low half. Layouts are PTX's for mma.m16n8k16 with g = lane / 4,
 // t = lane % 4:
 //   A (16 x 16, row-major) a[4]: a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..),
@@ -45,5 +45,20 @@ __device__ __forceinline__ void ldsm_x4_trans(u32 (&r)[4], const void* row) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr)
                  : "memory");
+}
+#endif
+
+// Asynchronous 16-byte copies from global to shared memory (cp.async, sm_80+): issued, then
+// committed as a group; cp_async_wait<N> waits until at most N of this thread's groups are
+// still in flight (their data is then in shared memory for this thread; a barrier makes it
+// visible to the block).
+#ifndef RNN_EMU_CUDA_SHIM_H
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
+    const u32 addr = (u32)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 #endif

@@ -1,6 +1,6 @@
 // shim_mma.h (a part of cuda_shim.h, see there): the warp-level tensor-core primitives of
 // rnn-kernels' cuda/mma.cuh, which on a GPU are inline PTX (mma.sync.m16n8k16 on bf16 / f16
-// with f32 accumulators, ldmatrix.x4 and its .trans form), modelled with PTX's fragment
+// with f32 accumulators, ldmatrix.x4 and its .trans form, cp.async), modelled with PTX's fragment
 // layouts (mma.cuh's header states them). Each lane deposits its operands in a per-warp
 // scratch area, the warp meets at a __syncwarp (which also fails a warp whose lanes do not
 // all come), every lane computes its own results from the deposits, and the warp meets again
@@ -90,3 +90,9 @@ inline void rnn_emu_ldsm(unsigned (&r)[4], const void* row, bool trans) {
 
 inline void ldsm_x4(unsigned (&r)[4], const void* row) { rnn_emu_ldsm(r, row, false); }
 inline void ldsm_x4_trans(unsigned (&r)[4], const void* row) { rnn_emu_ldsm(r, row, true); }
+
+// cp.async: the copy happens at once, so commit and wait have nothing left to do. (A kernel
+// that reads the data without waiting for it is therefore not caught here.)
+inline void cp_async_16(void* smem, const void* gmem) { std::memcpy(smem, gmem, 16); }
+inline void cp_async_commit() {}
+template <int N> inline void cp_async_wait() {}

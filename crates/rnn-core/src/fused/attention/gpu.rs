@@ -101,14 +101,15 @@ fn mma(target: &Target, dtype: DType) -> bool {
     target.lang == Lang::Cuda && matches!(dtype, DType::F16 | DType::BF16)
 }
 
-/// (rows per block, columns per step) of an mma kernel: 64 x 64, less at dmax 128, where the
-/// backward's accumulators and score fragments would not fit the registers, and the dk / dv
-/// pass's four tiles would not fit 48 KiB of shared memory.
+/// (rows per block, columns per step) of an mma kernel. Each double-buffers its column tiles
+/// within 48 KiB of static shared memory, and keeps its accumulators and score fragments in
+/// registers: dmax 128 takes narrower steps, and the dk / dv pass (four tiles) fewer rows.
 fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
     match (pass, dmax) {
-        (Pass::Dq, 128) => (64, 32),
-        (Pass::DkDv, 128) => (32, 32),
-        _ => (64, 64),
+        (Pass::Forward | Pass::Dq, 128) => (64, 32),
+        (Pass::Forward | Pass::Dq, _) => (64, 64),
+        (Pass::DkDv, 128) => (32, 16),
+        (Pass::DkDv, _) => (64, 32),
     }
 }
 

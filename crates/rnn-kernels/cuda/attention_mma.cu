@@ -171,14 +171,17 @@ __device__ __forceinline__ void store_rows(T* out, const float (&x)[FTILES][4], 
 
 #if PASS == 0 && MMA
 #define STILES (COLS / 8)
-// K and V tiles are double-buffered: the copies of tile t + 1 run while tile t is multiplied.
+// STAGES 2: K and V tiles are double-buffered, the copies of tile t + 1 run while tile t is
+// multiplied. STAGES 1: one buffer, refilled after each tile (half the shared memory, so
+// more blocks per multiprocessor; the host picks, see mma_stages in gpu.rs).
+#define STAGES {{stages}}
 extern "C" __global__ void __launch_bounds__(THREADS)
     kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
            const u32* __restrict__ lengths, const T* __restrict__ bias, T* __restrict__ out, C* __restrict__ lse) {
-    // Two buffers of COLS rows each for K and V; the query rows are staged across both K
-    // buffers (2 COLS >= ROWS) before the tiles.
-    __shared__ __align__(16) h16 kbuf[2 * COLS][LDS];
-    __shared__ __align__(16) h16 vbuf[2 * COLS][LDS];
+    // STAGES buffers of COLS rows each for K and V; the query rows are staged in the K
+    // buffers before the tiles.
+    __shared__ __align__(16) h16 kbuf[(STAGES * COLS > ROWS ? STAGES * COLS : ROWS)][LDS];
+    __shared__ __align__(16) h16 vbuf[STAGES * COLS][LDS];
     const Problem p = problem(info);
     const float scale2 = (float)p.scale * LOG2E;
     const View qv = view(info, 0), kv = view(info, 1), vv = view(info, 2), bv = view(info, 3);
@@ -207,9 +210,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         zero(o);
         for (u64 step = 0; step < steps; ++step) {
             const u64 j0 = step * COLS;
-            h16(*ks)[LDS] = kbuf + step % 2 * COLS;
-            h16(*vs)[LDS] = vbuf + step % 2 * COLS;
-            if (step + 1 < steps) {
+            h16(*ks)[LDS] = kbuf + step % STAGES * COLS;
+            h16(*vs)[LDS] = vbuf + step % STAGES * COLS;
+            if (STAGES == 2 && step + 1 < steps) {
                 stage_async<COLS>(kbuf + (step + 1) % 2 * COLS, k, kv, b, h, j0 + COLS, p.nk, p.d);
                 stage_async<COLS>(vbuf + (step + 1) % 2 * COLS, v, vv, b, h, j0 + COLS, p.nk, p.dv);
                 cp_async_commit();
@@ -259,6 +262,11 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 mma_features(o, pa, vs, 16 * kk);
             }
             __syncthreads();
+            if (STAGES == 1 && step + 1 < steps) {
+                stage_async<COLS>(kbuf, k, kv, b, h, j0 + COLS, p.nk, p.d);
+                stage_async<COLS>(vbuf, v, vv, b, h, j0 + COLS, p.nk, p.dv);
+                cp_async_commit();
+            }
         }
         float inv[2];
 #pragma unroll
@@ -380,6 +388,20 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 
 #if PASS == 2 && MMA
 #define STILES (COLS / 8)
+// Issues the copies of query tile `i0` (Q, then dO COLS rows further) into `tile`, and writes
+// the tile's lse shifts and deltas (ordinary stores: a barrier must come before their use).
+__device__ __forceinline__ void issue_queries(h16 (*tile)[LDS], float* shifts, float* deltas, const T* q,
+                                              const View& qv, const T* d_o, const View& dov, const C* lse,
+                                              const C* delta, const Problem& p, u64 b, u64 h, u64 bh, u64 i0) {
+    stage_async<COLS>(tile, q, qv, b, h, i0, p.nq, p.d);
+    stage_async<COLS>(tile + COLS, d_o, dov, b, h, i0, p.nq, p.dv);
+    for (u32 e = threadIdx.x; e < COLS; e += THREADS) {
+        const bool in = i0 + e < p.nq;
+        shifts[e] = in ? lse_shift(lse[bh * p.nq + i0 + e]) * LOG2E : 0.0f;
+        deltas[e] = in ? delta[bh * p.nq + i0 + e] : 0.0f;
+    }
+    cp_async_commit();
+}
 // Q and dO tiles (and their lse shifts and deltas) are double-buffered.
 extern "C" __global__ void __launch_bounds__(THREADS)
     kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
@@ -412,18 +434,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         stage_async<ROWS>(ks, k, kv, b, h, j0, p.nk, p.d);
         stage_async<ROWS>(vs, v, vv, b, h, j0, p.nk, p.dv);
         cp_async_commit();
-        // Issues the copies of query tile `i0` into buffer `s`.
-        auto issue = [&](u64 i0, u64 s) {
-            stage_async<COLS>(qdo + s * 2 * COLS, q, qv, b, h, i0, p.nq, p.d);
-            stage_async<COLS>(qdo + s * 2 * COLS + COLS, d_o, dov, b, h, i0, p.nq, p.dv);
-            for (u32 e = threadIdx.x; e < COLS; e += THREADS) {
-                const bool in = i0 + e < p.nq;
-                shifts[s][e] = in ? lse_shift(lse[bh * p.nq + i0 + e]) * LOG2E : 0.0f;
-                deltas[s][e] = in ? delta[bh * p.nq + i0 + e] : 0.0f;
-            }
-            cp_async_commit();
-        };
-        if (steps > 0) issue(first, 0);
+        if (steps > 0) issue_queries(qdo, shifts[0], deltas[0], q, qv, d_o, dov, lse, delta, p, b, h, bh, first);
         float dk_acc[FTILES][4], dv_acc[FTILES][4];
         zero(dk_acc);
         zero(dv_acc);
@@ -432,7 +443,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             h16(*qs)[LDS] = qdo + buf * 2 * COLS;
             h16(*dos)[LDS] = qs + COLS;
             if (step + 1 < steps) {
-                issue(i0 + COLS, buf ^ 1);
+                issue_queries(qdo + (buf ^ 1) * 2 * COLS, shifts[buf ^ 1], deltas[buf ^ 1], q, qv, d_o, dov, lse, delta,
+                              p, b, h, bh, i0 + COLS);
                 cp_async_wait<1>();
             } else {
                 cp_async_wait<0>();

@@ -14,6 +14,8 @@
 
 #define INFO_WORDS 96
 #define BLOCK 256
+// Elements per thread and trip of the unary and binary kernels (`UNROLL` in gpu/target.rs).
+#define UNROLL 4
 
 typedef unsigned long long u64;
 typedef unsigned int u32;

@@ -114,7 +114,8 @@ pub(crate) fn precompile(sources: &[KernelSource], jobs: usize) -> Result<()> {
 fn translation_unit(batch: &[&KernelSource]) -> String {
     let mut tu = String::from("#include \"cuda_shim.h\"\n");
     for (i, source) in batch.iter().enumerate() {
-        let text = source.text().replace("extern \"C\" __global__ void kernel(", "__global__ void kernel(");
+        // C linkage would make the batch's kernels one function: each keeps its namespace's.
+        let text = source.text().replace("extern \"C\" __global__", "__global__");
         tu.push_str(&format!(
             "namespace rnn_v{i} {{\n{text}\n#undef RNN_HALF\n}}\n\
              extern \"C\" int rnn_emu_v{i}(const unsigned long long* w, unsigned long nw, void* const* b, \

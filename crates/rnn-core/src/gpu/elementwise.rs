@@ -106,7 +106,13 @@ pub(crate) fn unary_into(p: &mut Program, op: UnaryOp, dtype: DType, (src, l): (
     let n = l.shape().elem_count();
     let info = target.info(p.op, &[n], &[l])?;
     let variant = format!("unary/{}/{dtype}", op.name());
-    p.kernel(unary_source(&target, op, dtype)?, variant, Grid::Threads(n), &[src, out], info)
+    p.kernel(
+        unary_source(&target, op, dtype)?,
+        variant,
+        Grid::Threads(target.elementwise_threads(n)),
+        &[src, out],
+        info,
+    )
 }
 
 pub(crate) fn unary(target: &Target, op: UnaryOp, dtype: DType, l: &Layout) -> Result<Program> {
@@ -142,7 +148,13 @@ pub(crate) fn binary_into(
     let n = l.shape().elem_count();
     let info = target.info(p.op, &[n], &[l, rl])?;
     let variant = format!("binary/{}/{dtype}", op.name());
-    p.kernel(binary_source(&target, op, dtype)?, variant, Grid::Threads(n), &[a, b, out], info)
+    p.kernel(
+        binary_source(&target, op, dtype)?,
+        variant,
+        Grid::Threads(target.elementwise_threads(n)),
+        &[a, b, out],
+        info,
+    )
 }
 
 /// `op` of inputs 0 and 1 seen through `l` and `rl` (one broadcast shape).

@@ -36,10 +36,24 @@ pub(crate) struct Target {
 /// common.wgsl).
 pub(crate) const BLOCK: usize = 256;
 
+/// Elements each thread of CUDA's unary and binary kernels takes per trip (`UNROLL` in
+/// common.cuh): all loaded before any is stored, so that one thread keeps several loads in
+/// flight (one 4-byte load per thread read half of an H200's copy bandwidth).
+pub(crate) const UNROLL: usize = 4;
+
 /// `Info` words of a CUDA kernel (`INFO_WORDS` in common.cuh): passed by value, so bounded.
 pub(crate) const CUDA_INFO_WORDS: usize = 96;
 
 impl Target {
+    /// The threads of an unary or binary kernel over `n` elements: CUDA's take `UNROLL`
+    /// elements each, WGSL's one.
+    pub(crate) fn elementwise_threads(&self, n: usize) -> usize {
+        match self.lang {
+            Lang::Cuda => n.div_ceil(UNROLL),
+            Lang::Wgsl => n,
+        }
+    }
+
     /// A CUDA device.
     pub fn cuda() -> Target {
         Target { lang: Lang::Cuda, max_grid: 65535 * 32, f16: true, gemm: true, cpu: false }

@@ -113,6 +113,17 @@ fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
     }
 }
 
+/// Column-tile buffers of an mma forward (`STAGES`). On an H200 double-buffering read the same
+/// as one buffer at dmax 128 and 0-16% slower at 64, where it halves the blocks a
+/// multiprocessor holds (bench/results/2026-11-27-h200.md).
+fn mma_stages(dmax: usize) -> usize {
+    if dmax > 64 {
+        2
+    } else {
+        1
+    }
+}
+
 /// Threads per block of a pass's kernel: 8 per row, or a warp per 16 rows on tensor cores.
 fn block_threads(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> usize {
     let rows = tile(target, pass, dtype, dmax).0;
@@ -140,6 +151,7 @@ fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<Kern
     let (rows, cols) = tile(target, pass, dtype, dmax);
     let pass_index = (pass as usize).to_string();
     let threads = block_threads(target, pass, dtype, dmax).to_string();
+    let stages = mma_stages(dmax).to_string();
     let (dmax, rows_s, cols_s) = (dmax.to_string(), rows.to_string(), cols.to_string());
     let mma = if mma(target, dtype) { "1" } else { "0" };
     let subs = [
@@ -151,6 +163,7 @@ fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<Kern
         ("cols", cols_s.as_str()),
         ("threads", threads.as_str()),
         ("mma", mma),
+        ("stages", stages.as_str()),
     ];
     Ok(KernelSource::new(target, pass.template(target), &subs, target.needs_half(&[dtype])))
 }

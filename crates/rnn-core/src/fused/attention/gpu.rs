@@ -114,8 +114,8 @@ fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
 }
 
 /// Column-tile buffers of an mma forward (`STAGES`). On an H200 double-buffering read the same
-/// as one buffer at dmax 128 and 0-16% slower at 64, where it halves the blocks a
-/// multiprocessor holds (bench/results/2026-11-27-h200.md).
+/// as one buffer at dmax 128 and 0-16% slower at 64, where it doubles a block's shared memory
+/// (bench/results/2026-11-27-h200.md).
 fn mma_stages(dmax: usize) -> usize {
     if dmax > 64 {
         2

@@ -101,9 +101,10 @@ fn mma(target: &Target, dtype: DType) -> bool {
     target.lang == Lang::Cuda && matches!(dtype, DType::F16 | DType::BF16)
 }
 
-/// (rows per block, columns per step) of an mma kernel. Each double-buffers its column tiles
-/// within 48 KiB of static shared memory, and keeps its accumulators and score fragments in
-/// registers: dmax 128 takes narrower steps, and the dk / dv pass (four tiles) fewer rows.
+/// (rows per block, columns per step) of an mma kernel. Two buffers of column tiles (the
+/// forward's `mma_stages`) must fit 48 KiB of static shared memory, and the accumulators and
+/// score fragments the registers: dmax 128 takes narrower steps, and the dk / dv pass (four
+/// tiles) fewer rows.
 fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
     match (pass, dmax) {
         (Pass::Forward | Pass::Dq, 128) => (64, 32),

@@ -149,6 +149,30 @@ __device__ __forceinline__ float score2(const Problem& p, float dot, float scale
     return x;
 }
 
+// The base-2 score, through the masks only where the tile needs them (see needs_mask).
+__device__ __forceinline__ float tile_score2(bool masked, const Problem& p, float dot, float scale2, u64 i, u64 j,
+                                             u64 end, const T* bias, const View& bv, u64 b, u64 h) {
+    return masked ? score2(p, dot, scale2, i, j, end, bias, bv, b, h) : dot * scale2;
+}
+
+// Issues the copies of the key tile at `j0` (K into `ks`, V into `vs`) as one group.
+__device__ __forceinline__ void issue_keys(h16 (*ks)[LDS], h16 (*vs)[LDS], const T* k, const View& kv, const T* v,
+                                           const View& vv, const Problem& p, u64 b, u64 h, u64 j0) {
+    stage_async<COLS>(ks, k, kv, b, h, j0, p.nk, p.d);
+    stage_async<COLS>(vs, v, vv, b, h, j0, p.nk, p.dv);
+    cp_async_commit();
+}
+
+// Waits for the current tile's copies (one later group may stay in flight when `more` were
+// issued after it), then makes them visible to the block.
+__device__ __forceinline__ void wait_tile(bool more) {
+    if (more)
+        cp_async_wait<1>();
+    else
+        cp_async_wait<0>();
+    __syncthreads();
+}
+
 // Writes rows [row0, row0 + 16) of a fragment set (times `scale`) to the contiguous
 // [rows][cols] output at `out` (rows < n, columns < cols).
 __device__ __forceinline__ void store_rows(T* out, const float (&x)[FTILES][4], float scale, u64 row0, u64 n,
@@ -202,9 +226,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         a_frags(qa, kbuf, 16 * warp);
         __syncthreads();
         if (steps > 0) {
-            stage_async<COLS>(kbuf, k, kv, b, h, 0, p.nk, p.d);
-            stage_async<COLS>(vbuf, v, vv, b, h, 0, p.nk, p.dv);
-            cp_async_commit();
+            issue_keys(kbuf, vbuf, k, kv, v, vv, p, b, h, 0);
         }
         float o[FTILES][4], m[2] = {neg_inf(), neg_inf()}, shift[2] = {0.0f, 0.0f}, l[2] = {0.0f, 0.0f};
         zero(o);
@@ -212,15 +234,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             const u64 j0 = step * COLS;
             h16(*ks)[LDS] = kbuf + step % STAGES * COLS;
             h16(*vs)[LDS] = vbuf + step % STAGES * COLS;
-            if (STAGES == 2 && step + 1 < steps) {
-                stage_async<COLS>(kbuf + (step + 1) % 2 * COLS, k, kv, b, h, j0 + COLS, p.nk, p.d);
-                stage_async<COLS>(vbuf + (step + 1) % 2 * COLS, v, vv, b, h, j0 + COLS, p.nk, p.dv);
-                cp_async_commit();
-                cp_async_wait<1>();
-            } else {
-                cp_async_wait<0>();
-            }
-            __syncthreads();
+            const bool prefetch = STAGES == 2 && step + 1 < steps;
+            if (prefetch)
+                issue_keys(kbuf + (step + 1) % 2 * COLS, vbuf + (step + 1) % 2 * COLS, k, kv, v, vv, p, b, h, j0 + COLS);
+            wait_tile(prefetch);
             float s[STILES][4];
             zero(s);
             mma_rows(s, qa, ks, 0);
@@ -231,7 +248,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
-                    s[n][e] = masked ? score2(p, s[n][e], scale2, i, j, end, bias, bv, b, h) : s[n][e] * scale2;
+                    s[n][e] = tile_score2(masked, p, s[n][e], scale2, i, j, end, bias, bv, b, h);
                     tile_max[e / 2] = nan_max(tile_max[e / 2], s[n][e]);
                 }
             float alpha[2];
@@ -262,11 +279,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 mma_features(o, pa, vs, 16 * kk);
             }
             __syncthreads();
-            if (STAGES == 1 && step + 1 < steps) {
-                stage_async<COLS>(kbuf, k, kv, b, h, j0 + COLS, p.nk, p.d);
-                stage_async<COLS>(vbuf, v, vv, b, h, j0 + COLS, p.nk, p.dv);
-                cp_async_commit();
-            }
+            if (STAGES == 1 && step + 1 < steps) issue_keys(kbuf, vbuf, k, kv, v, vv, p, b, h, j0 + COLS);
         }
         float inv[2];
 #pragma unroll
@@ -338,9 +351,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             dl[r] = deltas[16 * warp + g + 8 * r];
         }
         if (steps > 0) {
-            stage_async<COLS>(tiles_smem, k, kv, b, h, 0, p.nk, p.d);
-            stage_async<COLS>(tiles_smem + COLS, v, vv, b, h, 0, p.nk, p.dv);
-            cp_async_commit();
+            issue_keys(tiles_smem, tiles_smem + COLS, k, kv, v, vv, p, b, h, 0);
         }
         float acc[FTILES][4];
         zero(acc);
@@ -350,14 +361,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             h16(*vs)[LDS] = ks + COLS;
             if (step + 1 < steps) {
                 h16(*next)[LDS] = tiles_smem + (step + 1) % 2 * 2 * COLS;
-                stage_async<COLS>(next, k, kv, b, h, j0 + COLS, p.nk, p.d);
-                stage_async<COLS>(next + COLS, v, vv, b, h, j0 + COLS, p.nk, p.dv);
-                cp_async_commit();
-                cp_async_wait<1>();
-            } else {
-                cp_async_wait<0>();
+                issue_keys(next, next + COLS, k, kv, v, vv, p, b, h, j0 + COLS);
             }
-            __syncthreads();
+            wait_tile(step + 1 < steps);
             float s[STILES][4], dp[STILES][4];
             zero(s);
             zero(dp);
@@ -369,7 +375,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
-                    const float x = masked ? score2(p, s[n][e], scale2, i, j, end, bias, bv, b, h) : s[n][e] * scale2;
+                    const float x = tile_score2(masked, p, s[n][e], scale2, i, j, end, bias, bv, b, h);
                     const float pr = exp2f(x - shift[e / 2]);
                     s[n][e] = !masked || (i < p.nq && j < p.nk) ? pr * (dp[n][e] - dl[e / 2]) : 0.0f;
                 }
@@ -442,14 +448,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             const u64 i0 = first + step * COLS, buf = step % 2;
             h16(*qs)[LDS] = qdo + buf * 2 * COLS;
             h16(*dos)[LDS] = qs + COLS;
-            if (step + 1 < steps) {
+            if (step + 1 < steps)
                 issue_queries(qdo + (buf ^ 1) * 2 * COLS, shifts[buf ^ 1], deltas[buf ^ 1], q, qv, d_o, dov, lse, delta,
                               p, b, h, bh, i0 + COLS);
-                cp_async_wait<1>();
-            } else {
-                cp_async_wait<0>();
-            }
-            __syncthreads();
+            wait_tile(step + 1 < steps);
             float s[STILES][4], dp[STILES][4];
             zero(s);
             zero(dp);
@@ -468,7 +470,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                     const u32 ii = 8 * n + 2 * t + e % 2;
                     const u64 j = col0 + e / 2 * 8, i = i0 + ii;
                     const bool in = !masked || (i < p.nq && j < p.nk);
-                    const float x = masked ? score2(p, s[n][e], scale2, i, j, end, bias, bv, b, h) : s[n][e] * scale2;
+                    const float x = tile_score2(masked, p, s[n][e], scale2, i, j, end, bias, bv, b, h);
                     const float pr = in ? exp2f(x - shifts[buf][ii]) : 0.0f;
                     const float ds = in ? pr * (dp[n][e] - deltas[buf][ii]) : 0.0f;
                     if (bias_grad && in) dbias[(bh * p.nq + i) * p.nk + j] = store<T, float>(ds);

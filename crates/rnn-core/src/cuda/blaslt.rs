@@ -24,17 +24,12 @@ use crate::gpu::GemmOutcome;
 use crate::op_table::Epilogue;
 use crate::{DType, Error, Result};
 
-/// Whether f32 products may use TF32 tensor cores (`crate::set_allow_tf32`); full f32 otherwise.
-fn tf32() -> bool {
-    crate::allow_tf32()
-}
-
 /// (element type, compute type, scale type) of a product of `dtype`: f16 and bf16
 /// accumulate in f32.
 fn types(dtype: DType) -> Option<(sys::cudaDataType, sys::cublasComputeType_t, sys::cudaDataType)> {
     use sys::cublasComputeType_t::*;
     use sys::cudaDataType_t::*;
-    let c32 = if tf32() { CUBLAS_COMPUTE_32F_FAST_TF32 } else { CUBLAS_COMPUTE_32F };
+    let c32 = if crate::allow_tf32() { CUBLAS_COMPUTE_32F_FAST_TF32 } else { CUBLAS_COMPUTE_32F };
     Some(match dtype {
         DType::F32 => (CUDA_R_32F, c32, CUDA_R_32F),
         DType::F16 => (CUDA_R_16F, CUBLAS_COMPUTE_32F, CUDA_R_32F),
@@ -251,7 +246,7 @@ fn enqueue(
     let desc = matmul_desc(g, compute, scale, bias).map_err(err("matmul descriptor"))?;
     let key = Key {
         dtype: g.dtype,
-        tf32: tf32(),
+        tf32: crate::allow_tf32(),
         batch,
         matrices: [g.a.matrix, g.b.matrix, g.d.matrix],
         alignments,

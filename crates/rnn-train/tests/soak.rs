@@ -3,7 +3,8 @@
 //! labels, NaN data, bad configs, bad paths, corrupt checkpoint bytes, ...). No round may
 //! panic; every invalid input must be an error that leaves the network and any existing
 //! checkpoint as they were; every valid one must succeed with finite results; and resident
-//! memory at the end must be within 10% of its value after the first round (Linux only).
+//! memory at the end must be within 5% of its value after a quarter of the run, once the
+//! allocator has warmed up (Linux only).
 //!
 //! `RNN_SOAK_SECONDS` (default 100) bounds the run; the seed is printed, and
 //! `RNN_SOAK_SEED=<seed>` replays a run (round by round: each round's choices depend only
@@ -454,7 +455,9 @@ fn soak_train_save_load_predict_evaluate() {
                 panic!("soak seed {seed}, round {rounds} panicked: {}", msg.unwrap_or_default());
             }
         }
-        if rounds == 0 {
+        // The first rounds grow the heap while each architecture, shape and thread meets
+        // the allocator for the first time; a leak keeps growing after that warm-up.
+        if baseline.is_none() && started.elapsed() >= budget / 4 {
             baseline = resident_kib();
         }
         rounds += 1;
@@ -462,12 +465,12 @@ fn soak_train_save_load_predict_evaluate() {
     std::fs::remove_dir_all(&dir).ok();
     let end = resident_kib();
     println!(
-        "soak: {rounds} rounds in {:.0?}; resident memory {baseline:?} KiB after round 0, {end:?} KiB at the end",
+        "soak: {rounds} rounds in {:.0?}; resident memory {baseline:?} KiB after a quarter of the time, {end:?} KiB at the end",
         started.elapsed()
     );
     match (baseline, end) {
         (Some(first), Some(last)) => {
-            assert!(last * 10 <= first * 11, "resident memory grew from {first} KiB to {last} KiB over {rounds} rounds")
+            assert!(last * 20 <= first * 21, "resident memory grew from {first} KiB to {last} KiB after the warm-up")
         }
         _ => println!("soak: no /proc/self/status here; the memory check is skipped"),
     }

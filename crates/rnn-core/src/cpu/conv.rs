@@ -13,7 +13,7 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 
 use super::matmul::{gemm_one, Operand};
-use super::parallel::zeroed_vec;
+use super::parallel::{output_vec, zeroed_vec};
 use super::simd::fold_lanes;
 use super::window::Plane;
 use crate::num::Float;
@@ -89,15 +89,9 @@ fn transposed<T>(s: &[T], cols: usize) -> Operand<T> {
 }
 
 /// `dst = a @ b` (or `dst += a @ b` when `accumulate`) for a row-major `m x n` `dst`, on the
-/// calling thread (the batch is what is split over threads).
-///
-/// Outputs of few rows far wider than tall (`m <= 64`, `n >= 4 m`: a few channels by many
-/// positions, or a weight gradient of few output channels) run as the transposed product
-/// `bᵀ aᵀ` into the row-major `scratch`, then are written back transposed: the gemm crate
-/// ran those 1.1-2.6x faster on an AVX2 CPU (16-64 channels; the figures are in
-/// bench/results/2026-11-25-train-2core-amd-epyc.md), for a copy of the small output.
-/// (Taller outputs, as the input gradient's unfolded columns, measured no gain, and their
-/// copy would cost as much as the product.)
+/// calling thread (the batch is what is split over threads). Some products run as the
+/// transposed product `bᵀ aᵀ` into the row-major `scratch`, then are written back
+/// transposed (see [`runs_transposed`]).
 ///
 /// SAFETY: `a` and `b` must address `m x k` and `k x n` valid elements with their strides,
 /// and `dst` must hold at least `m * n` elements.
@@ -109,9 +103,26 @@ unsafe fn product<T: Float + 'static>(
     accumulate: bool,
     scratch: &mut Vec<T>,
 ) {
+    let transposed = runs_transposed((m, n), b.2, super::simd::has_avx512());
+    // SAFETY: the caller's guarantee.
+    unsafe { product_as(dst, (m, n, k), a, b, accumulate, scratch, transposed) }
+}
+
+/// [`product`] in the orientation given: `transposed` runs it as `bᵀ aᵀ`.
+///
+/// SAFETY: as [`product`].
+unsafe fn product_as<T: Float + 'static>(
+    dst: &mut [T],
+    (m, n, k): (usize, usize, usize),
+    a: Operand<T>,
+    b: Operand<T>,
+    accumulate: bool,
+    scratch: &mut Vec<T>,
+    transposed: bool,
+) {
     debug_assert!(dst.len() >= m * n);
     let units = (T::zero(), T::one());
-    if m == 0 || m > 64 || n < 4 * m {
+    if !transposed {
         // SAFETY: the caller's guarantee.
         return unsafe { gemm_one(dst, (m, n, k), a, b, units, Parallelism::None, accumulate) };
     }
@@ -139,6 +150,28 @@ unsafe fn product<T: Float + 'static>(
     }
 }
 
+/// Whether `product` runs `a @ b` (`m x n`) as `bᵀ aᵀ`, only ever for outputs of at most 64
+/// rows (a few channels: the copy back is small). The `gemm` crate packs, as the left
+/// operand of its kernels, `bᵀ` for a row-major output and `aᵀ` for the transposed one
+/// (per image, GFLOP/s measured on the ResNet-8 shapes, figures in
+/// bench/results/2026-11-28-train-2core-amd-epyc.md):
+/// - With AVX-512 (16-lane kernels), the orientation where that operand is contiguous along
+///   the output's rows wins: the forward (`b` = unfolded columns, rows contiguous) runs
+///   direct, 16 x 1024 x 144 at 225 GFLOP/s against 79 transposed; the weight gradient
+///   (`b` = columnsᵀ, neither operand contiguous that way) runs transposed, 121 against 21.
+/// - With AVX2 (8-lane kernels), outputs far wider than tall (`n >= 4 m`) ran 1.1-2.6x
+///   faster transposed on an AVX2-only EPYC (forward 45 -> 75 GFLOP/s, weight gradient 27 -> 71;
+///   bench/results/2026-11-25-train-2core-amd-epyc.md); taller outputs measured no gain.
+fn runs_transposed((m, n): (usize, usize), b_column_stride: isize, avx512: bool) -> bool {
+    if m == 0 || m > 64 {
+        return false;
+    }
+    if avx512 {
+        return b_column_stride != 1;
+    }
+    n >= 4 * m
+}
+
 /// Positions per block of the transposed write-back in `product`.
 const TRANSPOSE_BLOCK: usize = 32;
 
@@ -160,7 +193,10 @@ pub(crate) fn conv2d_forward<T: Float + 'static>(
 ) -> Result<Vec<T>> {
     let (l, kg, og) = (s.positions(), s.group_k(), s.group_out());
     let image_out = s.out_c * l;
-    let mut y = zeroed_vec::<T>(s.batch * image_out)?;
+    // The product writes every element (onto the bias, when there is one); with no input
+    // channels there is no product, and the output is the bias or zero.
+    let len = s.batch * image_out;
+    let mut y = if kg > 0 { output_vec::<T>(len)? } else { zeroed_vec::<T>(len)? };
     if y.is_empty() {
         return Ok(y);
     }
@@ -301,5 +337,56 @@ impl<T: Float + 'static> ConvBackward<'_, T> {
         buf.clear();
         buf.extend(g.iter().zip(&y[i * len..][..len]).map(|(&g, &y)| if y <= T::zero() { T::zero() } else { g }));
         buf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both orientations of `product_as` against a plain triple loop, with the operand
+    /// strides of the forward, the weight gradient and the input gradient, overwriting and
+    /// accumulating: every CPU runs both, whichever `runs_transposed` picks on it.
+    #[test]
+    fn both_orientations_match_the_plain_product() {
+        let (m, n, k) = (16, 70, 9);
+        let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 11) as f64 - 5.0) / 4.0).collect();
+        let b: Vec<f64> = (0..k * n).map(|i| ((i * 13 % 7) as f64 - 3.0) / 2.0).collect();
+        // (a row stride, a column stride), (b row stride, b column stride)
+        let layouts = [((k, 1), (n, 1)), ((1, m), (n, 1)), ((k, 1), (1, k))];
+        for ((ars, acs), (brs, bcs)) in layouts {
+            let at = |i: usize, p: usize| a[i * ars + p * acs];
+            let bt = |p: usize, j: usize| b[p * brs + j * bcs];
+            let start: Vec<f64> = (0..m * n).map(|i| (i % 5) as f64).collect();
+            for (accumulate, transposed) in [(false, false), (false, true), (true, false), (true, true)] {
+                let mut dst = start.clone();
+                let (ao, bo) =
+                    (Operand(a.as_ptr(), ars as isize, acs as isize), Operand(b.as_ptr(), brs as isize, bcs as isize));
+                // SAFETY: a is m x k and b k x n at these strides, dst holds m x n.
+                unsafe { product_as(&mut dst, (m, n, k), ao, bo, accumulate, &mut Vec::new(), transposed) };
+                for i in 0..m {
+                    for j in 0..n {
+                        let sum: f64 = (0..k).map(|p| at(i, p) * bt(p, j)).sum();
+                        let want = if accumulate { start[i * n + j] + sum } else { sum };
+                        let got = dst[i * n + j];
+                        assert!(
+                            (got - want).abs() < 1e-12,
+                            "({i}, {j}) accumulate {accumulate} transposed {transposed}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_orientation_rule() {
+        // AVX-512: by the right operand's column stride; AVX2: wide outputs transposed.
+        assert!(!runs_transposed((16, 1024), 1, true));
+        assert!(runs_transposed((16, 144), 1024, true));
+        assert!(runs_transposed((16, 1024), 1, false));
+        assert!(!runs_transposed((16, 32), 1, false));
+        // Outputs of more than 64 rows never transpose.
+        assert!(!runs_transposed((144, 1024), 7, true) && !runs_transposed((144, 4096), 1, false));
     }
 }

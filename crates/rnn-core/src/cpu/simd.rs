@@ -33,6 +33,18 @@ fn tier() -> Tier {
     })
 }
 
+/// Whether this CPU runs the AVX-512 tier (the `gemm` crate then runs its 16-lane kernels).
+pub fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        tier() == Tier::Avx512
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Defines `$name`, which runs `$plain` compiled for the best tier of this CPU. Its generic
 /// parameters are written in brackets, `pub fn name[T: Copy, ..](..)`: a macro cannot
 /// match them between `<` and `>`.

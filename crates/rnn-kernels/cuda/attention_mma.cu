@@ -135,6 +135,18 @@ template <int NT> __device__ __forceinline__ void pack_a(u32 (&pa)[4], const flo
     pa[3] = pack2(x[2 * kk + 1][2], x[2 * kk + 1][3]);
 }
 
+// acc += X tile for the warp's fragment set X (P or dS: 16 rows, 8 NT columns) and the
+// 8 NT rows of `tile` from 0: each 16 columns of X packed to 16 bits, then mma_features.
+template <int NT>
+__device__ __forceinline__ void mma_fragments(float (&acc)[FTILES][4], const float (&x)[NT][4], h16 (*tile)[LDS]) {
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; ++kk) {
+        u32 pa[4];
+        pack_a(pa, x, kk);
+        mma_features(acc, pa, tile, 16 * kk);
+    }
+}
+
 template <int NT> __device__ __forceinline__ void zero(float (&x)[NT][4]) {
 #pragma unroll
     for (int n = 0; n < NT; ++n) x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.0f;
@@ -272,12 +284,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                     s[n][e] = exp2f(s[n][e] - shift[e / 2]);
                     l[e / 2] += s[n][e];
                 }
-#pragma unroll
-            for (int kk = 0; kk < COLS / 16; ++kk) {
-                u32 pa[4];
-                pack_a(pa, s, kk);
-                mma_features(o, pa, vs, 16 * kk);
-            }
+            mma_fragments(o, s, vs);
             __syncthreads();
             if (STAGES == 1 && step + 1 < steps) issue_keys(kbuf, vbuf, k, kv, v, vv, p, b, h, j0 + COLS);
         }
@@ -379,12 +386,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                     const float pr = exp2f(x - shift[e / 2]);
                     s[n][e] = !masked || (i < p.nq && j < p.nk) ? pr * (dp[n][e] - dl[e / 2]) : 0.0f;
                 }
-#pragma unroll
-            for (int kk = 0; kk < COLS / 16; ++kk) {
-                u32 sa[4];
-                pack_a(sa, s, kk);
-                mma_features(acc, sa, ks, 16 * kk);
-            }
+            mma_fragments(acc, s, ks);
             __syncthreads();
         }
         store_rows(dq + bh * p.nq * p.d, acc, (float)p.scale, i0 + 16 * warp, p.nq, p.d);
@@ -477,14 +479,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                     s[n][e] = pr;
                     dp[n][e] = ds;
                 }
-#pragma unroll
-            for (int kk = 0; kk < COLS / 16; ++kk) {
-                u32 pa[4];
-                pack_a(pa, s, kk);
-                mma_features(dv_acc, pa, dos, 16 * kk);
-                pack_a(pa, dp, kk);
-                mma_features(dk_acc, pa, qs, 16 * kk);
-            }
+            mma_fragments(dv_acc, s, dos);
+            mma_fragments(dk_acc, dp, qs);
             __syncthreads();
         }
         store_rows(dk + bh * p.nk * p.d, dk_acc, (float)p.scale, j0 + 16 * warp, p.nk, p.d);

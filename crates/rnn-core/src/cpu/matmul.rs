@@ -95,14 +95,30 @@ fn runs_in_stripes((m, n, k): (usize, usize, usize)) -> bool {
     m.min(n).min(k) <= 256 && m * n * k >= 1 << 20
 }
 
-/// A raw output block shared with the thread that writes one stripe of it.
+/// A raw output block shared with the threads that write its stripes.
 #[derive(Clone, Copy)]
 struct OutPtr<T>(*mut T);
-// SAFETY: each stripe's thread writes a disjoint set of the block's elements.
-unsafe impl<T> Send for OutPtr<T> {}
-unsafe impl<T> Sync for OutPtr<T> {}
-unsafe impl<T> Send for Operand<T> {}
-unsafe impl<T> Sync for Operand<T> {}
+
+impl<T> OutPtr<T> {
+    /// The element `offset` places in (a method, so that closures capture the whole
+    /// `OutPtr`, which is `Send`, not its raw pointer field).
+    ///
+    /// SAFETY: `offset` must lie inside the block.
+    unsafe fn at(self, offset: usize) -> *mut T {
+        // SAFETY: the caller's guarantee.
+        unsafe { self.0.add(offset) }
+    }
+}
+
+// SAFETY: each stripe's thread writes a disjoint set of the block's elements (values of a
+// `Send` type), and the block outlives the threads (`gemm_in_stripes` joins them).
+unsafe impl<T: Send> Send for OutPtr<T> {}
+// SAFETY: as for `Send`: shared only to hand each thread its own stripe.
+unsafe impl<T: Send> Sync for OutPtr<T> {}
+// SAFETY: an operand is read only, like a `&[T]`, which is `Send` when `T` is `Sync`.
+unsafe impl<T: Sync> Send for Operand<T> {}
+// SAFETY: as for `Send`: reads only.
+unsafe impl<T: Sync> Sync for Operand<T> {}
 
 /// `gemm_one` on `threads` threads, one single-threaded product per stripe of the output:
 /// rows when `m >= n` (every stripe packs all of `b`), else columns (all of `a`).
@@ -128,15 +144,14 @@ unsafe fn gemm_in_stripes<T: Copy + Send + Sync + 'static>(
         if start >= end {
             return;
         }
-        let out = out;
         let len = end - start;
         // SAFETY: the stripe's operands and output lie inside the caller's blocks; stripes
         // write disjoint rows (or columns) of dst.
         unsafe {
             let (c, pa, pb, dims) = if by_rows {
-                (out.0.add(start * n), Operand(a.0.offset(start as isize * a.1), a.1, a.2), b, (len, n, k))
+                (out.at(start * n), Operand(a.0.offset(start as isize * a.1), a.1, a.2), b, (len, n, k))
             } else {
-                (out.0.add(start), a, Operand(b.0.offset(start as isize * b.2), b.1, b.2), (m, len, k))
+                (out.at(start), a, Operand(b.0.offset(start as isize * b.2), b.1, b.2), (m, len, k))
             };
             gemm(
                 dims.0,

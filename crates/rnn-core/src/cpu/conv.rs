@@ -349,33 +349,12 @@ mod tests {
     /// accumulating: every CPU runs both, whichever `runs_transposed` picks on it.
     #[test]
     fn both_orientations_match_the_plain_product() {
-        let (m, n, k) = (16, 70, 9);
-        let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 11) as f64 - 5.0) / 4.0).collect();
-        let b: Vec<f64> = (0..k * n).map(|i| ((i * 13 % 7) as f64 - 3.0) / 2.0).collect();
-        // (a row stride, a column stride), (b row stride, b column stride)
-        let layouts = [((k, 1), (n, 1)), ((1, m), (n, 1)), ((k, 1), (1, k))];
-        for ((ars, acs), (brs, bcs)) in layouts {
-            let at = |i: usize, p: usize| a[i * ars + p * acs];
-            let bt = |p: usize, j: usize| b[p * brs + j * bcs];
-            let start: Vec<f64> = (0..m * n).map(|i| (i % 5) as f64).collect();
-            for (accumulate, transposed) in [(false, false), (false, true), (true, false), (true, true)] {
-                let mut dst = start.clone();
-                let (ao, bo) =
-                    (Operand(a.as_ptr(), ars as isize, acs as isize), Operand(b.as_ptr(), brs as isize, bcs as isize));
-                // SAFETY: a is m x k and b k x n at these strides, dst holds m x n.
-                unsafe { product_as(&mut dst, (m, n, k), ao, bo, accumulate, &mut Vec::new(), transposed) };
-                for i in 0..m {
-                    for j in 0..n {
-                        let sum: f64 = (0..k).map(|p| at(i, p) * bt(p, j)).sum();
-                        let want = if accumulate { start[i * n + j] + sum } else { sum };
-                        let got = dst[i * n + j];
-                        assert!(
-                            (got - want).abs() < 1e-12,
-                            "({i}, {j}) accumulate {accumulate} transposed {transposed}: {got} vs {want}"
-                        );
-                    }
-                }
-            }
+        let dims = (16, 70, 9);
+        for transposed in [false, true] {
+            // SAFETY: the checker passes operands and an output of these dimensions.
+            super::super::matmul::check_against_plain_product(dims, |dst, a, b, accumulate| unsafe {
+                product_as(dst, dims, a, b, accumulate, &mut Vec::new(), transposed)
+            });
         }
     }
 

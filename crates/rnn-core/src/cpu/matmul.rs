@@ -57,16 +57,34 @@ pub(super) unsafe fn gemm_one<T: Copy + Send + Sync + 'static>(
         }
         _ => {}
     }
-    // SAFETY: the caller guarantees the operands address valid `m x k` and `k x n` elements
-    // with these strides; `dst` holds `m x n` row-major elements.
+    // SAFETY: the caller's guarantee; `dst` holds `m x n` row-major elements.
+    unsafe { crate_gemm((dst.as_mut_ptr(), n), (m, n, k), a, b, (zero, one), par, accumulate) };
+}
+
+/// One call of the gemm crate: `dst = a @ b` (or `+=` when `accumulate`) for an `m x n`
+/// output with contiguous columns and rows `row_stride` elements apart.
+///
+/// SAFETY: the operands must address `m x k` and `k x n` valid elements, `dst` `m` rows of
+/// `n` elements at that stride.
+unsafe fn crate_gemm<T: Copy + 'static>(
+    (dst, row_stride): (*mut T, usize),
+    (m, n, k): (usize, usize, usize),
+    a: Operand<T>,
+    b: Operand<T>,
+    (zero, one): (T, T),
+    par: Parallelism,
+    accumulate: bool,
+) {
+    let alpha = if accumulate { one } else { zero };
+    // SAFETY: the caller's guarantee; gemm takes (column, row) strides.
     unsafe {
         gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst,
             1,
-            n as isize,
+            row_stride as isize,
             accumulate,
             a.0,
             a.2,
@@ -74,14 +92,14 @@ pub(super) unsafe fn gemm_one<T: Copy + Send + Sync + 'static>(
             b.0,
             b.2,
             b.1,
-            if accumulate { one } else { zero },
+            alpha,
             one,
             false,
             false,
             false,
             par,
         )
-    };
+    }
 }
 
 /// Whether a threaded product runs as one single-threaded gemm per output stripe
@@ -138,7 +156,6 @@ unsafe fn gemm_in_stripes<T: Copy + Send + Sync + 'static>(
     let stripes = threads.min(long.div_ceil(16)).max(1);
     let step = long.div_ceil(stripes);
     let out = OutPtr(dst.as_mut_ptr());
-    let row_stride = n as isize;
     let stripe = |s: usize| {
         let (start, end) = (s * step, ((s + 1) * step).min(long));
         if start >= end {
@@ -153,27 +170,7 @@ unsafe fn gemm_in_stripes<T: Copy + Send + Sync + 'static>(
             } else {
                 (out.at(start), a, Operand(b.0.offset(start as isize * b.2), b.1, b.2), (m, len, k))
             };
-            gemm(
-                dims.0,
-                dims.1,
-                dims.2,
-                c,
-                1,
-                row_stride,
-                accumulate,
-                pa.0,
-                pa.2,
-                pa.1,
-                pb.0,
-                pb.2,
-                pb.1,
-                if accumulate { one } else { zero },
-                one,
-                false,
-                false,
-                false,
-                Parallelism::None,
-            )
+            crate_gemm((c, n), dims, pa, pb, (zero, one), Parallelism::None, accumulate)
         }
     };
     (0..stripes).into_par_iter().for_each(stripe);
@@ -392,42 +389,54 @@ pub(crate) fn prefers_transposed_product(a: &Layout, b: &Layout) -> bool {
     a.dims()[0] < b.dims()[1] && row_major(a) && col_major(b)
 }
 
+/// Test support: runs `product` (`dst = a @ b`, or `+=` when told to accumulate) on exact
+/// f64 operands of `dims` laid out as a plain product's, a transposed left operand's (a
+/// weight gradient's) and a transposed right operand's (an input gradient's), overwriting
+/// and accumulating, and checks every output element against a triple loop.
+#[cfg(test)]
+pub(super) fn check_against_plain_product(
+    (m, n, k): (usize, usize, usize),
+    product: impl Fn(&mut [f64], Operand<f64>, Operand<f64>, bool),
+) {
+    let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 11) as f64 - 5.0) / 4.0).collect();
+    let b: Vec<f64> = (0..k * n).map(|i| ((i * 13 % 7) as f64 - 3.0) / 2.0).collect();
+    // (a row stride, a column stride), (b row stride, b column stride)
+    let layouts = [((k, 1), (n, 1)), ((1, m), (n, 1)), ((k, 1), (1, k))];
+    for ((ars, acs), (brs, bcs)) in layouts {
+        let start: Vec<f64> = (0..m * n).map(|i| (i % 5) as f64).collect();
+        for accumulate in [false, true] {
+            let mut dst = start.clone();
+            let (ao, bo) =
+                (Operand(a.as_ptr(), ars as isize, acs as isize), Operand(b.as_ptr(), brs as isize, bcs as isize));
+            product(&mut dst, ao, bo, accumulate);
+            for i in 0..m {
+                for j in 0..n {
+                    let sum: f64 = (0..k).map(|p| a[i * ars + p * acs] * b[p * brs + j * bcs]).sum();
+                    let want = if accumulate { start[i * n + j] + sum } else { sum };
+                    let got = dst[i * n + j];
+                    let at = format!(
+                        "{m}x{n}x{k}, a strides ({ars}, {acs}), b ({brs}, {bcs}), ({i}, {j}), accumulate {accumulate}"
+                    );
+                    assert!((got - want).abs() < 1e-12, "{at}: {got} vs {want}");
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// `gemm_in_stripes` against a plain triple loop: split by rows (m >= n) and by columns,
-    /// into uneven stripes, with transposed operands, overwriting and accumulating.
+    /// into uneven stripes.
     #[test]
     fn stripes_match_the_plain_product() {
-        for (m, n, k) in [(37, 20, 9), (20, 53, 9)] {
-            let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 11) as f64 - 5.0) / 4.0).collect();
-            let b: Vec<f64> = (0..k * n).map(|i| ((i * 13 % 7) as f64 - 3.0) / 2.0).collect();
-            // (a row stride, a column stride), (b row stride, b column stride)
-            let layouts = [((k, 1), (n, 1)), ((1, m), (n, 1)), ((k, 1), (1, k))];
-            for ((ars, acs), (brs, bcs)) in layouts {
-                let start: Vec<f64> = (0..m * n).map(|i| (i % 5) as f64).collect();
-                for accumulate in [false, true] {
-                    let mut dst = start.clone();
-                    let (ao, bo) = (
-                        Operand(a.as_ptr(), ars as isize, acs as isize),
-                        Operand(b.as_ptr(), brs as isize, bcs as isize),
-                    );
-                    // SAFETY: a is m x k and b k x n at these strides, dst holds m x n.
-                    unsafe { gemm_in_stripes(&mut dst, (m, n, k), ao, bo, (0.0, 1.0), 3, accumulate) };
-                    for i in 0..m {
-                        for j in 0..n {
-                            let sum: f64 = (0..k).map(|p| a[i * ars + p * acs] * b[p * brs + j * bcs]).sum();
-                            let want = if accumulate { start[i * n + j] + sum } else { sum };
-                            let got = dst[i * n + j];
-                            assert!(
-                                (got - want).abs() < 1e-12,
-                                "{m}x{n}x{k} ({i}, {j}) accumulate {accumulate}: {got} vs {want}"
-                            );
-                        }
-                    }
-                }
-            }
+        for dims in [(37, 20, 9), (20, 53, 9)] {
+            // SAFETY: the checker passes operands and an output of these dimensions.
+            check_against_plain_product(dims, |dst, a, b, accumulate| unsafe {
+                gemm_in_stripes(dst, dims, a, b, (0.0, 1.0), 3, accumulate)
+            });
         }
     }
 

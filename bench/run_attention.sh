@@ -19,7 +19,14 @@ fi
 ours="" theirs=""
 for round in $(seq 1 "$rounds"); do
     echo "== round $round of $rounds"
-    "$RNN_BIN" bench attention --threads "$threads" --json "$tmp/ours-$round.json"
+    "$RNN_BIN" bench attention --threads "$threads" --json "$tmp/ours-time-$round.json"
+    # Peak memory as torch's is measured: resident-set growth, large buffers mapped.
+    MALLOC_MMAP_THRESHOLD_=65536 "$RNN_BIN" bench attention --threads "$threads" --rss --json "$tmp/ours-rss-$round.json"
+    # One file per round: the timed run's records and the second run's attnrss_ rows.
+    "$python" -c 'import json, sys
+timed, rss = (json.load(open(p)) for p in sys.argv[2:])
+json.dump(timed + [r for r in rss if r["name"].startswith("attnrss_")], open(sys.argv[1], "w"))' \
+        "$tmp/ours-$round.json" "$tmp/ours-time-$round.json" "$tmp/ours-rss-$round.json"
     "$python" bench/attention_bench.py --threads "$threads" --json "$tmp/torch-$round.json"
     ours="${ours:+$ours,}$tmp/ours-$round.json"
     theirs="${theirs:+$theirs,}$tmp/torch-$round.json"
@@ -34,8 +41,9 @@ mkdir -p bench/results
     machine_lines
     echo "- threads: ${threads}; B=4, H=8, D=64, f32 (gpt rows: B=32, H=4, N=64, D=32, causal); fwdbwd = forward + backward of sum(o)"
     echo "- rounds: ${rounds}, run alternately; each workload's best round is shown"
-    echo "- peak MB: extra memory of one call; rnn counts live heap bytes, torch's is the growth"
-    echo "  of its peak resident set (MALLOC_MMAP_THRESHOLD_=65536, see attention_bench.py)"
+    echo "- peak MB: extra memory of one call. attnmem_ rows: rnn counts live heap bytes, torch's is the"
+    echo "  growth of its peak resident set (MALLOC_MMAP_THRESHOLD_=65536, see attention_bench.py);"
+    echo "  attnrss_ rows: both sides by that resident-set measure (\`rnn bench attention --rss\`)"
     echo
     "$python" bench/compare.py "$ours" "$theirs" --markdown
 } > "$out"

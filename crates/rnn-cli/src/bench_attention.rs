@@ -64,6 +64,31 @@ fn peak_extra<T>(f: impl FnOnce() -> T) -> (T, usize) {
     (out, PEAK.load(Relaxed).saturating_sub(base))
 }
 
+/// The growth of this process's peak resident set while `f` runs: the measure
+/// bench/attention_bench.py takes of PyTorch (Linux: writing 5 to /proc/self/clear_refs
+/// resets the peak to the current resident set). Comparable only under
+/// `MALLOC_MMAP_THRESHOLD_=65536`, as there: every buffer above 64 KiB is then mapped on
+/// allocation and unmapped on free, and smaller ones come from memory already resident, on
+/// both sides alike. The host buffer cache is emptied first, as for `peak_extra`.
+fn rss_peak_extra<T>(f: impl FnOnce() -> T) -> CliResult<(T, usize)> {
+    rnn::cpu_empty_cache();
+    let unavailable = |e: std::io::Error| format!("--rss needs Linux's /proc/self (clear_refs, status): {e}");
+    std::fs::write("/proc/self/clear_refs", "5").map_err(unavailable)?;
+    let before = status_kb("VmRSS")?;
+    let out = f();
+    Ok((out, status_kb("VmHWM")?.saturating_sub(before) * 1024))
+}
+
+/// A `kB` field of /proc/self/status.
+fn status_kb(field: &str) -> CliResult<usize> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").map_err(|e| format!("cannot read /proc/self/status: {e}"))?;
+    let value = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse().ok());
+    Ok(value.ok_or_else(|| format!("no {field} in /proc/self/status"))?)
+}
+
 const BATCH: usize = 4;
 const HEADS: usize = 8;
 const D: usize = 64;
@@ -76,6 +101,9 @@ const NAME_WIDTH: usize = 30;
 pub struct AttentionSizes {
     pub lengths: Vec<usize>,
     pub timing: TimingConfig,
+    /// Peak memory as resident-set growth (`rss_peak_extra`, rows `attnrss_*`) instead of
+    /// live heap bytes (`peak_extra`, rows `attnmem_*`).
+    pub rss: bool,
 }
 
 impl AttentionSizes {
@@ -83,10 +111,11 @@ impl AttentionSizes {
     /// forward + backward at N = 4096 is seconds long on a few cores). `quick` shrinks both.
     pub fn new(quick: bool) -> Self {
         match quick {
-            true => AttentionSizes { lengths: vec![64, 256], timing: TimingConfig::QUICK },
+            true => AttentionSizes { lengths: vec![64, 256], timing: TimingConfig::QUICK, rss: false },
             false => AttentionSizes {
                 lengths: vec![256, 1024, 4096],
                 timing: TimingConfig { warmup_calls: 1, min_seconds: 0.5, min_calls: 3 },
+                rss: false,
             },
         }
     }
@@ -153,7 +182,7 @@ pub fn run(sizes: &AttentionSizes, quick: bool, out: &mut dyn Write) -> CliResul
             let flops = forward_flops(shape.dims, causal);
             let mut one = |name: String, flops: f64, f: &dyn Fn() -> rnn::Result<()>| -> CliResult<()> {
                 let m = time_call(sizes.timing, f)?;
-                let (r, peak) = peak_extra(f);
+                let (r, peak) = if sizes.rss { rss_peak_extra(f)? } else { peak_extra(f) };
                 r?;
                 let gflops = flops / m.median_seconds / 1e9;
                 let mb = peak as f64 / 1e6;
@@ -169,7 +198,8 @@ pub fn run(sizes: &AttentionSizes, quick: bool, out: &mut dyn Write) -> CliResul
                     threads,
                 };
                 records.push(rec(name.clone(), "GFLOP/s", gflops, true));
-                records.push(rec(name.replacen("attn_", "attnmem_", 1), "MB", mb, false));
+                let memory = if sizes.rss { "attnrss_" } else { "attnmem_" };
+                records.push(rec(name.replacen("attn_", memory, 1), "MB", mb, false));
                 Ok(())
             };
             one(format!("attn_fwd_{tag}"), flops, &forward)?;

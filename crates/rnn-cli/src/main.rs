@@ -110,6 +110,11 @@ struct AttentionBenchArgs {
     /// (the GPT shape's row is always run) and 1024,4096,16384 on a GPU.
     #[arg(long, value_delimiter = ',', value_name = "N,..")]
     lengths: Vec<usize>,
+    /// CPU: measure peak memory as the growth of the peak resident set, the measure the
+    /// PyTorch twin takes (Linux; run under MALLOC_MMAP_THRESHOLD_=65536 as the twin does:
+    /// bench/run_attention.sh); its rows are named attnrss_*.
+    #[arg(long)]
+    rss: bool,
 }
 
 #[derive(Args)]
@@ -191,6 +196,9 @@ fn bench_attention(args: &AttentionBenchArgs) -> CliResult<()> {
         return Err("--lengths: every sequence length must be at least 1".into());
     }
     if !device.is_cpu() {
+        if args.rss {
+            return Err("--rss measures the CPU's resident set; leave it out with --device cuda / wgpu".into());
+        }
         let mut sizes = bench_attention_gpu::GpuAttentionSizes::new(quick);
         if !args.lengths.is_empty() {
             sizes.lengths = args.lengths.clone();
@@ -198,6 +206,7 @@ fn bench_attention(args: &AttentionBenchArgs) -> CliResult<()> {
         return run_bench(&args.options, |out| bench_attention_gpu::run(&sizes, device, out));
     }
     let mut sizes = bench_attention::AttentionSizes::new(quick);
+    sizes.rss = args.rss;
     if !args.lengths.is_empty() {
         sizes.lengths = args.lengths.clone();
     }

@@ -280,6 +280,28 @@ fn an_empty_gpu_device_variable_is_unset_and_devices_fails_on_errors() {
     }
 }
 
+/// `rnn bench attention --rss` takes peak memory as its PyTorch twin does (resident-set
+/// growth, buffers above 64 KiB mapped): rows named attnrss_*, a forward at N = 512 growing
+/// it by at least its 4.19 MB output; on a GPU the flag is a clean error.
+#[test]
+fn attention_bench_rss_counts_the_output() {
+    let json_path = temp_dir("bench-attention-rss").with_extension("json");
+    let json = json_path.to_str().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rnn"));
+    command.args(["bench", "attention", "--quick", "--rss", "--lengths", "512", "--json", json]);
+    let out = command.env("MALLOC_MMAP_THRESHOLD_", "65536").output().expect("cannot run the rnn binary");
+    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    let records: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    std::fs::remove_file(&json_path).ok();
+    let mb = |name: &str| records.iter().find(|r| r["name"] == name).and_then(|r| r["value"].as_f64());
+    let output_mb = (4 * 8 * 512 * 64 * 4) as f64 / 1e6;
+    let forward = mb("attnrss_fwd_n512").expect("an attnrss_fwd_n512 record");
+    assert!(forward >= output_mb - 0.01, "resident growth {forward} MB below the {output_mb} MB output");
+    assert!(mb("attnmem_fwd_n512").is_none(), "--rss also wrote heap-count rows");
+    let out = rnn(&["bench", "attention", "--quick", "--rss", "--device", "cuda:0"]);
+    assert_clean_error(&out, &["--rss"], "bench attention --rss --device cuda:0");
+}
+
 /// The GPU attention benchmark names its records as its PyTorch twin does
 /// (`bench/attention_gpu_bench.py`); on lavapipe when CI provides it, at lengths a software
 /// adapter runs in seconds. Without a GPU, asking for CUDA is a clean error. On the CPU,

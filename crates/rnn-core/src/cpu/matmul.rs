@@ -9,6 +9,7 @@ use rayon::prelude::*;
 
 use super::matmul_half::GemmInput;
 use super::packed_gemm::Mat;
+use super::parallel::SharedOut;
 use super::strided::StridedIndex;
 use super::CpuStorage;
 use crate::{Error, Layout, Result};
@@ -113,26 +114,6 @@ fn runs_in_stripes((m, n, k): (usize, usize, usize)) -> bool {
     m.min(n).min(k) <= 256 && m * n * k >= 1 << 20
 }
 
-/// A raw output block shared with the threads that write its stripes.
-#[derive(Clone, Copy)]
-struct OutPtr<T>(*mut T);
-
-impl<T> OutPtr<T> {
-    /// The element `offset` places in (a method, so that closures capture the whole
-    /// `OutPtr`, which is `Send`, not its raw pointer field).
-    ///
-    /// SAFETY: `offset` must lie inside the block.
-    unsafe fn at(self, offset: usize) -> *mut T {
-        // SAFETY: the caller's guarantee.
-        unsafe { self.0.add(offset) }
-    }
-}
-
-// SAFETY: each stripe's thread writes a disjoint set of the block's elements (values of a
-// `Send` type), and the block outlives the threads (`gemm_in_stripes` joins them).
-unsafe impl<T: Send> Send for OutPtr<T> {}
-// SAFETY: as for `Send`: shared only to hand each thread its own stripe.
-unsafe impl<T: Send> Sync for OutPtr<T> {}
 // SAFETY: an operand is read only, like a `&[T]`, which is `Send` when `T` is `Sync`.
 unsafe impl<T: Sync> Send for Operand<T> {}
 // SAFETY: as for `Send`: reads only.
@@ -155,7 +136,7 @@ unsafe fn gemm_in_stripes<T: Copy + Send + Sync + 'static>(
     let long = if by_rows { m } else { n };
     let stripes = threads.min(long.div_ceil(16)).max(1);
     let step = long.div_ceil(stripes);
-    let out = OutPtr(dst.as_mut_ptr());
+    let out = SharedOut(dst.as_mut_ptr());
     let stripe = |s: usize| {
         let (start, end) = (s * step, ((s + 1) * step).min(long));
         if start >= end {

@@ -11,6 +11,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::matmul_half_kernels::{GemmElem, MicroKernel};
+use super::parallel::SharedOut;
 
 /// Depth of one packed block (even: the bf16-pair kernel packs k two at a time).
 const KC: usize = 256;
@@ -103,13 +104,9 @@ impl Grid {
     }
 }
 
-/// The output as a pointer the tasks share: each writes only its own rectangle.
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: tasks write disjoint rectangles of the output (see `Grid::tasks`).
-unsafe impl Send for Out {}
-// SAFETY: as above.
-unsafe impl Sync for Out {}
+/// The output as a pointer the tasks share: each writes only its own rectangle (see
+/// `Grid::tasks`).
+type Out = SharedOut<f32>;
 
 thread_local! {
     /// Per-thread packing buffers (A panels; B blocks), reused from product to product.
@@ -164,7 +161,7 @@ pub(super) fn gemm<E: GemmElem, K: MicroKernel<E>>(
         return rayon::scope(|_| gemm::<E, K>(a, b, (m, n, k), c, par, accumulate));
     }
     let grid = Grid::new(m, K::MR, n.min(NC), par);
-    let out = Out(c.as_mut_ptr());
+    let out = SharedOut(c.as_mut_ptr());
     let panel = KC.div_ceil(K::KG) * K::NR * K::KG;
     let b_len = K_PASS.min(k).div_ceil(KC) * NC.min(n).div_ceil(K::NR) * panel;
     with_buffer::<K::P, _>(&B_PACK, b_len, |bp| {
@@ -241,7 +238,7 @@ unsafe fn block<P, E: GemmElem, K: MicroKernel<E, P = P>>(
         for (ip, apan) in ap.chunks_exact(a_panel).enumerate() {
             let height = K::MR.min(rows.len() - ip * K::MR);
             // SAFETY: the tile's rows and columns lie within the caller's rectangle.
-            let c = unsafe { out.0.add((rows.start + ip * K::MR) * n + j0 + jp * K::NR) };
+            let c = unsafe { out.at((rows.start + ip * K::MR) * n + j0 + jp * K::NR) };
             if width == K::NR && height == K::MR {
                 // SAFETY: the panels have the lengths `tile_into` reads; c addresses the tile.
                 unsafe { K::tile_into(kq, apan, bpan, c, n, add) };

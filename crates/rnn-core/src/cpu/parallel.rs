@@ -28,6 +28,28 @@ pub fn par_fill<T: Send>(out: &mut [T], work_per_item: usize, f: impl Fn(&mut [T
     out.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(c, i * chunk));
 }
 
+/// An output block shared by the tasks that write it, each its own disjoint part (a stripe,
+/// a rectangle): the raw pointer the tasks offset into.
+#[derive(Clone, Copy)]
+pub(super) struct SharedOut<T>(pub(super) *mut T);
+
+impl<T> SharedOut<T> {
+    /// The element `offset` places in (a method, so that closures capture the whole
+    /// `SharedOut`, which is `Send`, not its raw pointer field).
+    ///
+    /// SAFETY: `offset` must lie inside the block.
+    pub(super) unsafe fn at(self, offset: usize) -> *mut T {
+        // SAFETY: the caller's guarantee.
+        unsafe { self.0.add(offset) }
+    }
+}
+
+// SAFETY: the tasks write disjoint elements (values of a `Send` type), and the block
+// outlives them (their owners join them before returning).
+unsafe impl<T: Send> Send for SharedOut<T> {}
+// SAFETY: as for `Send`: shared only to hand each task its own part.
+unsafe impl<T: Send> Sync for SharedOut<T> {}
+
 /// `n` zeros, or `Error::OutOfMemory` when the machine cannot hold them (an op's output
 /// size comes from user shapes, so a failed allocation must be an error, not an abort).
 /// From the host buffer cache (see `host_pool`).

@@ -20,12 +20,10 @@ ours="" theirs=""
 for round in $(seq 1 "$rounds"); do
     echo "== round $round of $rounds"
     "$RNN_BIN" bench attention --threads "$threads" --json "$tmp/ours-time-$round.json"
-    # Peak memory as torch's is measured: resident-set growth, large buffers mapped.
+    # Peak memory as torch's is measured (resident-set growth, large buffers mapped); no timing.
     MALLOC_MMAP_THRESHOLD_=65536 "$RNN_BIN" bench attention --threads "$threads" --rss --json "$tmp/ours-rss-$round.json"
-    # One file per round: the timed run's records and the second run's attnrss_ rows.
-    "$python" -c 'import json, sys
-timed, rss = (json.load(open(p)) for p in sys.argv[2:])
-json.dump(timed + [r for r in rss if r["name"].startswith("attnrss_")], open(sys.argv[1], "w"))' \
+    # One file per round: the timed run's records and the memory run's attnrss_ rows.
+    "$python" -c 'import json, sys; json.dump(sum((json.load(open(p)) for p in sys.argv[2:]), []), open(sys.argv[1], "w"))' \
         "$tmp/ours-$round.json" "$tmp/ours-time-$round.json" "$tmp/ours-rss-$round.json"
     "$python" bench/attention_bench.py --threads "$threads" --json "$tmp/torch-$round.json"
     ours="${ours:+$ours,}$tmp/ours-$round.json"

@@ -112,7 +112,7 @@ struct AttentionBenchArgs {
     lengths: Vec<usize>,
     /// CPU: measure peak memory as the growth of the peak resident set, the measure the
     /// PyTorch twin takes (Linux; run under MALLOC_MMAP_THRESHOLD_=65536 as the twin does:
-    /// bench/run_attention.sh); its rows are named attnrss_*.
+    /// bench/run_attention.sh); its rows are named attnrss_*, and nothing is timed.
     #[arg(long)]
     rss: bool,
 }

@@ -25,15 +25,17 @@ use rnn_dist::{ProcessGroup, ReduceOp};
 const SIZES_BYTES: [usize; 8] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
 
 /// The sizes to time: the second argument's comma-separated byte counts (rounded down to
-/// whole f32), else `SIZES_BYTES`.
-fn sizes() -> Vec<usize> {
-    match std::env::args().nth(2) {
-        Some(list) => list
-            .split(',')
-            .map(|b| b.trim().parse::<usize>().expect("sizes: byte counts like 2143272,4096") / 4 * 4)
-            .collect(),
-        None => SIZES_BYTES.to_vec(),
-    }
+/// whole f32), else `SIZES_BYTES`; an error names a count that is not a number.
+fn sizes() -> rnn_core::Result<Vec<usize>> {
+    let Some(list) = std::env::args().nth(2) else { return Ok(SIZES_BYTES.to_vec()) };
+    let parse = |b: &str| {
+        let bytes = b
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| rnn_core::Error::Msg(format!("sizes: '{b}' is not a byte count (like 2143272,4096)")))?;
+        Ok(bytes / 4 * 4)
+    };
+    list.split(',').map(parse).collect()
 }
 
 /// Seconds per call of `step`: the median of 5 runs of at least 0.2 s each (after warming
@@ -64,10 +66,10 @@ fn report(mode: &str, bytes: usize, seconds: f64) {
     println!("{mode},{bytes},{seconds:.9},{:.3}", bytes as f64 / seconds / 1e9);
 }
 
-fn raw() {
+fn raw(sizes: &[usize]) {
     let universe = mpi::initialize().expect("MPI init");
     let world = universe.world();
-    for bytes in sizes() {
+    for &bytes in sizes {
         let send = vec![1.0f32; bytes / 4];
         let mut recv = vec![0.0f32; bytes / 4];
         let seconds = time_per_call(
@@ -84,7 +86,7 @@ fn raw() {
     }
 }
 
-fn group(slices: bool) -> rnn_core::Result<()> {
+fn group(slices: bool, sizes: &[usize]) -> rnn_core::Result<()> {
     let g = ProcessGroup::from_env()?;
     let mode = match (slices, g.header_checks()) {
         (false, true) => "group",
@@ -92,7 +94,7 @@ fn group(slices: bool) -> rnn_core::Result<()> {
         (true, true) => "group-slice",
         (true, false) => "group-slice-unchecked",
     };
-    for bytes in sizes() {
+    for &bytes in sizes {
         let mut data = Some(vec![1.0f32; bytes / 4]);
         let seconds = if slices {
             let mut data = data.take().unwrap_or_default();
@@ -119,9 +121,9 @@ fn agree(g: &ProcessGroup, wish: f64) -> f64 {
 
 fn main() -> rnn_core::Result<()> {
     match std::env::args().nth(1).as_deref() {
-        Some("raw") => raw(),
-        Some("group") => group(false)?,
-        Some("group-slice") => group(true)?,
+        Some("raw") => raw(&sizes()?),
+        Some("group") => group(false, &sizes()?)?,
+        Some("group-slice") => group(true, &sizes()?)?,
         _ => eprintln!(
             "usage: mpirun -np 2 allreduce_bench raw|group|group-slice [bytes,bytes,..] (RNN_DIST_CHECKS=0: unchecked)"
         ),

@@ -76,7 +76,11 @@ pub trait WithDType:
     }
     fn slice_of(s: &crate::cpu::CpuStorage) -> Option<&[Self]>;
     /// The elements of `s` for writing in place, if it holds this type.
-    fn slice_of_mut(s: &mut crate::cpu::CpuStorage) -> Option<&mut [Self]>;
+    fn slice_of_mut(s: &mut crate::cpu::CpuStorage) -> Option<&mut [Self]> {
+        Self::vec_of_mut(s).map(|v| v.as_mut_slice())
+    }
+    /// The vector of `s`, if it holds this type.
+    fn vec_of_mut(s: &mut crate::cpu::CpuStorage) -> Option<&mut Vec<Self>>;
 }
 
 macro_rules! with_dtype {
@@ -98,7 +102,7 @@ macro_rules! with_dtype {
                     _ => None,
                 }
             }
-            fn slice_of_mut(s: &mut crate::cpu::CpuStorage) -> Option<&mut [Self]> {
+            fn vec_of_mut(s: &mut crate::cpu::CpuStorage) -> Option<&mut Vec<Self>> {
                 match s {
                     crate::cpu::CpuStorage::$variant(v) => Some(v),
                     _ => None,

@@ -271,6 +271,21 @@ impl Tensor {
         }
     }
 
+    /// The elements as a vector, moved out without a copy, when this handle alone holds a
+    /// whole contiguous CPU tensor of type `T` (no other handle or view shares its storage);
+    /// otherwise the tensor comes back unchanged. Lets a buffer that became a tensor be
+    /// reused once every view of it is gone (data-parallel gradient buckets).
+    pub fn try_into_vec<T: WithDType>(self) -> std::result::Result<Vec<T>, Tensor> {
+        if self.dtype() != T::DTYPE || !self.is_sole_owner() {
+            return Err(self);
+        }
+        let taken = match &mut *self.storage_mut() {
+            Storage::Cpu(cpu) => T::vec_of_mut(cpu).map(std::mem::take),
+            _ => None,
+        };
+        taken.ok_or(self)
+    }
+
     /// Whether no other handle or view can see this tensor's storage, which it covers whole
     /// and contiguously: only then may an op write its result into the tensor's own buffer.
     /// (While this handle is the only one, no other thread can make a new one.)

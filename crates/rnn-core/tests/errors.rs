@@ -649,3 +649,25 @@ fn valid_edge_cases_are_not_errors(device: Device) -> Result<()> {
     Ok(())
 }
 test_device!(valid_edge_cases_are_not_errors_test, valid_edge_cases_are_not_errors);
+
+/// `try_into_vec` moves the elements out only of a whole CPU tensor that no other handle or
+/// view shares, of the asked type; any other tensor comes back unchanged.
+fn try_into_vec_takes_only_unshared_tensors(device: Device) -> Result<()> {
+    let lone = f32s(device, &[2, 2]).add_scalar(0.0)?;
+    match lone.try_into_vec::<f32>() {
+        Ok(v) => assert!(device == Device::Cpu && v == vec![0.0, 1.0, 2.0, 3.0], "{device}: {v:?}"),
+        Err(back) => assert!(device != Device::Cpu && back.to_vec2::<f32>()? == vec![vec![0.0, 1.0], vec![2.0, 3.0]]),
+    }
+    let flat = f32s(device, &[4]).add_scalar(0.0)?;
+    let view = flat.narrow(0, 1, 2)?;
+    let flat = flat.try_into_vec::<f32>().expect_err("a view shares the buffer");
+    assert_eq!(flat.to_vec::<f32>()?, vec![0.0, 1.0, 2.0, 3.0]);
+    drop(view);
+    let flat = flat.try_into_vec::<f64>().expect_err("f32 elements are not f64");
+    assert_eq!(flat.try_into_vec::<f32>().is_ok(), device == Device::Cpu, "{device}: the view is gone");
+    // A view alone does not cover its whole buffer.
+    let part = f32s(device, &[4]).add_scalar(0.0)?.narrow(0, 1, 2)?;
+    assert_eq!(part.try_into_vec::<f32>().expect_err("a part of a buffer").to_vec::<f32>()?, vec![1.0, 2.0]);
+    Ok(())
+}
+test_device!(try_into_vec_takes_only_unshared_tensors_test, try_into_vec_takes_only_unshared_tensors);

@@ -74,3 +74,42 @@ fn updates_in_place_and_declines_what_it_cannot_fuse(device: Device) -> Result<(
     Ok(())
 }
 test_device!(updates_in_place_and_declines_what_it_cannot_fuse_test, updates_in_place_and_declines_what_it_cannot_fuse);
+
+/// Gradients that are views of one buffer (data-parallel gradient buckets) are fused on the
+/// CPU, whose loop locks one update's buffers at a time, and give what separate gradients
+/// give; GPU launches, which hold every buffer at once, decline them. A gradient that shares
+/// a buffer another update writes is declined everywhere.
+fn gradients_may_share_a_buffer_on_the_cpu(device: Device) -> Result<()> {
+    let sgd = UpdateRule::Sgd(SgdHyper {
+        lr: 0.5,
+        momentum: 0.0,
+        dampening: 0.0,
+        nesterov: false,
+        weight_decay: 0.0,
+        first_step: true,
+    });
+    let bucket = Tensor::from_vec((1..=7).map(|i| i as f32).collect(), 7, device)?;
+    let (ga, gb) = (bucket.narrow(0, 0, 3)?, bucket.narrow(0, 3, 4)?.reshape((2, 2))?);
+    let (a, b) = (Tensor::ones(3, DType::F32, device)?, Tensor::ones((2, 2), DType::F32, device)?);
+    let shared = [
+        ParamUpdate { param: &a, grad: &ga, states: [None; 3] },
+        ParamUpdate { param: &b, grad: &gb, states: [None; 3] },
+    ];
+    let fused = step(&sgd, &shared)?;
+    assert_eq!(fused, device == Device::Cpu, "{device}");
+    if fused {
+        assert_eq!(values(&a), vec![0.5, 0.0, -0.5]);
+        assert_eq!(values(&b), vec![-1.0, -1.5, -2.0, -2.5]);
+    }
+    let (c, gc) = (Tensor::ones(6, DType::F32, device)?, Tensor::ones(6, DType::F32, device)?);
+    let d = Tensor::ones(3, DType::F32, device)?;
+    let c_part = c.narrow(0, 0, 3)?;
+    let clash = [
+        ParamUpdate { param: &c, grad: &gc, states: [None; 3] },
+        ParamUpdate { param: &d, grad: &c_part, states: [None; 3] },
+    ];
+    assert!(!step(&sgd, &clash)?, "{device}: a gradient in a buffer another update writes");
+    assert_eq!((values(&c), values(&d)), (vec![1.0; 6], vec![1.0; 3]), "a declined step moves nothing");
+    Ok(())
+}
+test_device!(gradients_may_share_a_buffer_on_the_cpu_test, gradients_may_share_a_buffer_on_the_cpu);

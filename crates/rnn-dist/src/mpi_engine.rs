@@ -6,7 +6,9 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
+use mpi::datatype::Equivalence;
 use mpi::environment::Universe;
+use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::Threading;
 use rnn_core::{Error, Result};
@@ -53,9 +55,6 @@ pub(crate) fn world_group() -> Result<ProcessGroup> {
 pub(crate) struct MpiEngine {
     world: SimpleCommunicator,
     shared: Arc<Shared>,
-    /// The receive buffer of the last all_reduce, reused by the next one of the same type
-    /// (a fresh buffer per call would cost a page fault per 4 KiB).
-    scratch: Option<Buf>,
     // Dropped last: finalizes MPI.
     _universe: Universe,
 }
@@ -65,7 +64,7 @@ impl MpiEngine {
         let (universe, _level) = mpi::initialize_with_threading(Threading::Funneled).ok_or_else(|| {
             Error::invalid("ProcessGroup::from_env", "MPI was already initialized by other code in this process")
         })?;
-        Ok(MpiEngine { world: universe.world(), shared, scratch: None, _universe: universe })
+        Ok(MpiEngine { world: universe.world(), shared, _universe: universe })
     }
 
     /// The smallest and largest header over all ranks, in one all_reduce (the max of the
@@ -125,9 +124,9 @@ impl Engine for MpiEngine {
         let world = &self.world;
         let out = match call.collective {
             Collective::AllReduce(op) => {
-                let (sum, spent) = all_reduce_sum(world, buf, self.scratch.take());
-                self.scratch = Some(spent);
-                mean_if(sum, op, n)
+                let mut buf = buf;
+                all_reduce_sum_in_place(world, &mut buf);
+                mean_if(buf, op, n)
             }
             Collective::Broadcast { root } => {
                 let mut buf = buf;
@@ -153,28 +152,33 @@ impl Engine for MpiEngine {
     }
 }
 
-/// The sum of `buf` over the ranks, received into `scratch` where it has the right type
-/// (resized), and `buf` itself to serve as the next call's scratch.
-fn all_reduce_sum(world: &SimpleCommunicator, buf: Buf, scratch: Option<Buf>) -> (Buf, Buf) {
-    fn sum<T: mpi::datatype::Equivalence + Copy + Default>(
-        world: &SimpleCommunicator,
-        send: &[T],
-        scratch: Option<Vec<T>>,
-    ) -> Vec<T> {
-        let mut out = scratch.unwrap_or_default();
-        out.resize(send.len(), T::default());
-        world.all_reduce_into(send, &mut out[..], SystemOperation::sum());
-        out
+unsafe extern "C" {
+    /// The MPI library's `MPI_IN_PLACE` (src/mpi_in_place.c, compiled by build.rs).
+    static rnn_mpi_in_place: *mut std::ffi::c_void;
+}
+
+/// Replaces `buf` with its sum over the ranks, in place: no receive buffer to fill, and no
+/// copy of the input into one before reducing.
+fn all_reduce_sum_in_place(world: &SimpleCommunicator, buf: &mut Buf) {
+    fn sum<T: Equivalence>(world: &SimpleCommunicator, v: &mut [T]) {
+        // SAFETY: `v` is a live, exclusively borrowed buffer of `v.len()` elements of T's MPI
+        // datatype, a count that fits a C int (checked by the caller); with MPI_IN_PLACE as
+        // the send buffer, MPI reads this rank's values from it and writes the sums over
+        // them, as the standard defines for an intracommunicator (the world).
+        unsafe {
+            mpi::ffi::MPI_Allreduce(
+                rnn_mpi_in_place,
+                v.as_mut_ptr().cast(),
+                v.len() as std::ffi::c_int,
+                T::equivalent_datatype().as_raw(),
+                SystemOperation::sum().as_raw(),
+                world.as_raw(),
+            );
+        }
     }
     match buf {
-        Buf::F32(v) => {
-            let scratch = if let Some(Buf::F32(s)) = scratch { Some(s) } else { None };
-            (Buf::F32(sum(world, &v, scratch)), Buf::F32(v))
-        }
-        Buf::F64(v) => {
-            let scratch = if let Some(Buf::F64(s)) = scratch { Some(s) } else { None };
-            (Buf::F64(sum(world, &v, scratch)), Buf::F64(v))
-        }
+        Buf::F32(v) => sum(world, v),
+        Buf::F64(v) => sum(world, v),
     }
 }
 

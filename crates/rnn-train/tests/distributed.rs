@@ -53,7 +53,7 @@ fn f64_steps(group: ProcessGroup, batch: usize) -> Result<Vec<Vec<f64>>> {
         let mut reduction = buckets.start(&[]);
         let mut local = GradStore::new();
         loss.backward_with_hook(&mut local, &mut |p, g| reduction.ready(p, g))?;
-        let (grads, _) = reduction.finish(local)?;
+        let (grads, _) = reduction.finish()?;
         assert_eq!(grads.len(), params.len());
         optimizer.step(&grads)?;
     }
@@ -80,10 +80,38 @@ fn steps_with_an_unused_parameter(g: ProcessGroup) -> Result<Vec<StepGrads>> {
         let mut reduction = buckets.start(&[]);
         let mut local = GradStore::new();
         loss.backward_with_hook(&mut local, &mut |p, g| reduction.ready(p, g))?;
-        let (grads, _) = reduction.finish(local)?;
+        let (grads, _) = reduction.finish()?;
         seen.push((read(grads.get(&a))?, read(grads.get(&b))?));
     }
     Ok(seen)
+}
+
+/// The averaged gradients of one bucket are views of one buffer, with nothing copied back
+/// after the all_reduce. The next step reuses that buffer only once no gradient of the step
+/// before is held: gradients a caller keeps are never overwritten.
+#[test]
+fn averaged_gradients_view_the_bucket_and_kept_ones_stay_intact() -> Result<()> {
+    let ones = |n: usize| Tensor::from_vec(vec![1.0f32; n], n, Device::Cpu).map(|t| t.requires_grad());
+    let (a, b) = (ones(1000)?, ones(24)?);
+    let buckets = GradBuckets::new(ProcessGroup::single(), vec![a.clone(), b.clone()], 1 << 20)?;
+    let step = |w: f64| -> Result<GradStore> {
+        let loss = a.sum_all()?.mul_scalar(w)?.add(&b.sum_all()?.mul_scalar(2.0 * w)?)?;
+        let mut reduction = buckets.start(&[]);
+        loss.backward_with_hook(&mut GradStore::new(), &mut |p, g| reduction.ready(p, g))?;
+        Ok(reduction.finish()?.0)
+    };
+    let read = |g: &GradStore, p: &Tensor| g.get(p).expect("a gradient").to_vec::<f32>();
+    let first = step(1.0)?;
+    let (ga, gb) = (first.get(&a).expect("a gradient"), first.get(&b).expect("a gradient"));
+    assert!(ga.same_storage(gb), "one bucket, one buffer");
+    let second = step(3.0)?;
+    assert!(!second.get(&a).expect("a gradient").same_storage(ga));
+    assert_eq!((read(&first, &a)?, read(&first, &b)?), (vec![1.0; 1000], vec![2.0; 24]));
+    assert_eq!((read(&second, &a)?, read(&second, &b)?), (vec![3.0; 1000], vec![6.0; 24]));
+    drop((first, second));
+    let third = step(5.0)?;
+    assert_eq!((read(&third, &a)?, read(&third, &b)?), (vec![5.0; 1000], vec![10.0; 24]));
+    Ok(())
 }
 
 /// A parameter a rank did not use counts as zeros in the mean, also when the bucket's

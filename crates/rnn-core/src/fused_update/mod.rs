@@ -139,6 +139,11 @@ impl<'a> ParamUpdate<'a> {
     fn operands(&self) -> impl Iterator<Item = &'a Tensor> + '_ {
         [Some(self.param), Some(self.grad)].into_iter().chain(self.states).flatten()
     }
+
+    /// The parameter and the present states: the buffers the update writes.
+    fn written(&self) -> impl Iterator<Item = &'a Tensor> + '_ {
+        [Some(self.param)].into_iter().chain(self.states).flatten()
+    }
 }
 
 /// Whether the fused update runs `update` here: `rule`'s states present (and no others),
@@ -170,7 +175,7 @@ pub fn step(rule: &UpdateRule, updates: &[ParamUpdate]) -> Result<bool> {
     let Some(first) = updates.first() else { return Ok(true) };
     let (device, dtype) = (first.param.device(), first.param.dtype());
     let uniform = updates.iter().all(|u| u.param.device() == device && u.param.dtype() == dtype);
-    if !uniform || !updates.iter().all(|u| can_fuse(rule, u)) || shares_storage(updates) {
+    if !uniform || !updates.iter().all(|u| can_fuse(rule, u)) || shares_storage(updates, device == Device::Cpu) {
         return Ok(false);
     }
     match device {
@@ -181,13 +186,21 @@ pub fn step(rule: &UpdateRule, updates: &[ParamUpdate]) -> Result<bool> {
     Ok(true)
 }
 
-/// Whether two updates of the group share a buffer (within one update `can_fuse` checked).
-fn shares_storage(updates: &[ParamUpdate]) -> bool {
-    let mut seen = HashSet::new();
+/// Whether two updates of the group share a buffer that one of them writes (within one
+/// update `can_fuse` checked). Gradients, which an update only reads, may share one buffer
+/// on the CPU, whose loop locks each update's buffers in turn: data-parallel gradients are
+/// views of one bucket. A GPU launch holds every buffer of the group at once, so there all
+/// must be distinct.
+fn shares_storage(updates: &[ParamUpdate], grads_may_share: bool) -> bool {
+    let (mut written, mut read) = (HashSet::new(), HashSet::new());
     updates.iter().any(|u| {
-        let keys: HashSet<usize> = u.operands().map(Tensor::storage_key).collect();
-        let clash = keys.iter().any(|k| seen.contains(k));
-        seen.extend(keys);
+        let mine: Vec<usize> = u.written().map(Tensor::storage_key).collect();
+        let grad = u.grad.storage_key();
+        let clash = mine.iter().any(|k| written.contains(k) || read.contains(k))
+            || written.contains(&grad)
+            || (!grads_may_share && read.contains(&grad));
+        written.extend(mine);
+        read.insert(grad);
         clash
     })
 }

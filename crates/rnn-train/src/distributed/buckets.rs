@@ -1,11 +1,15 @@
 //! Gradient buckets: the gradients of a step averaged over the ranks in a few large
 //! all_reduce calls, each started as soon as its gradients are ready during backward, so
 //! that communication overlaps the rest of the backward pass.
+//!
+//! The averaged gradients of CPU parameters are views of their bucket's buffer (PyTorch's
+//! `gradient_as_bucket_view`): nothing is copied back after the all_reduce. The next step
+//! takes the buffer back once the optimizer has dropped those views.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use rnn_core::{DType, Error, GradStore, Result, Tensor, TensorId};
+use rnn_core::{DType, Device, Error, GradStore, Result, Tensor, TensorId};
 use rnn_dist::{ProcessGroup, ReduceOp, Work};
 
 /// The default bucket size, PyTorch DDP's (`bucket_cap_mb = 25`).
@@ -33,10 +37,11 @@ pub struct GradBuckets {
     buckets: Vec<Bucket>,
     /// Parameter id to (bucket, member).
     slots: HashMap<TensorId, (usize, usize)>,
-    /// Each bucket's host buffer, kept from one step to the next: a fresh multi-megabyte
-    /// buffer every step costs its page faults again (measured: a third of a small MLP's
-    /// step).
-    spare: Mutex<Vec<Option<Values>>>,
+    /// Each bucket's averaged values of the last step, as a flat CPU tensor that the
+    /// gradients handed out view. Its buffer becomes the next step's bucket when no view is
+    /// left: a fresh multi-megabyte buffer every step costs its page faults again (measured:
+    /// a third of a small MLP's step).
+    spare: Mutex<Vec<Option<Tensor>>>,
 }
 
 impl GradBuckets {
@@ -98,7 +103,7 @@ impl GradBuckets {
                 let len = b.len + if i == last { extras.len() } else { 0 };
                 // Stale values of the last step are overwritten by `ready`, or zeroed at
                 // launch for parameters that get no gradient.
-                let mut values = match spare[i].take() {
+                let mut values = match spare[i].take().and_then(Values::reclaim) {
                     Some(v) if v.len() == len => v,
                     _ => Values::zeros(b.dtype, len),
                 };
@@ -126,8 +131,7 @@ impl GradBuckets {
                 reduction.ready(p, g)?;
             }
         }
-        // The caller keeps `grads`: the averages go into new tensors.
-        reduction.finish(GradStore::new())
+        reduction.finish()
     }
 }
 
@@ -138,6 +142,13 @@ enum Values {
 }
 
 impl Values {
+    fn len(&self) -> usize {
+        match self {
+            Values::F32(v) => v.len(),
+            Values::F64(v) => v.len(),
+        }
+    }
+
     fn zeros(dtype: DType, len: usize) -> Values {
         match dtype {
             DType::F64 => Values::F64(vec![0.0; len]),
@@ -145,10 +156,11 @@ impl Values {
         }
     }
 
-    fn len(&self) -> usize {
-        match self {
-            Values::F32(v) => v.len(),
-            Values::F64(v) => v.len(),
+    /// The buffer of a bucket's flat tensor once nothing else views it.
+    fn reclaim(flat: Tensor) -> Option<Values> {
+        match flat.dtype() {
+            DType::F64 => flat.try_into_vec().ok().map(Values::F64),
+            _ => flat.try_into_vec().ok().map(Values::F32),
         }
     }
 
@@ -265,11 +277,11 @@ impl Reduction<'_> {
     }
 
     /// Waits for every bucket and returns the averaged gradients (of the parameters that
-    /// had one on this rank) on their parameters' devices, and the averaged extras. `local`
-    /// holds the gradients given to `ready` (as `backward_with_hook` leaves them): the
-    /// averages are written into those that nothing else shares, in place, and they are
-    /// returned; the others are replaced by new tensors.
-    pub fn finish(mut self, mut local: GradStore) -> Result<(GradStore, Vec<f64>)> {
+    /// had one on this rank) on their parameters' devices, and the averaged extras. A CPU
+    /// parameter's gradient is a view of its bucket's buffer; others are copied to their
+    /// device. The gradients given to `ready` are no longer needed; the views keep the
+    /// bucket's buffer from the next step until they are dropped.
+    pub fn finish(mut self) -> Result<(GradStore, Vec<f64>)> {
         self.launch_complete(true);
         let layout = self.layout;
         let mut extras = Vec::new();
@@ -277,18 +289,17 @@ impl Reduction<'_> {
         let mut averaged = GradStore::new();
         for (i, (bucket, fill)) in layout.buckets.iter().zip(self.fills).enumerate() {
             let values = fill.work.ok_or_else(|| Error::Msg("a bucket was never launched".into()))?.wait()?;
+            let flat = values.into_tensor()?;
             for member in bucket.members.iter().filter(|m| self.had_grad[m.param]) {
                 let p = &layout.params[member.param];
-                let grad = match local.remove(p) {
-                    Some(g) if values.write_into(member.offset, &g)? => g,
-                    _ => values.tensor(member.offset, p)?,
-                };
+                let view = flat.narrow(0, member.offset, p.elem_count())?.reshape(p.shape())?;
+                let grad = if p.device() == Device::Cpu { view } else { view.to_device(p.device())? };
                 averaged.insert(p, grad);
             }
             if i == last {
-                extras = values.tail(bucket.len, self.extras);
+                extras = flat.narrow(0, bucket.len, self.extras)?.to_dtype(DType::F64)?.to_vec()?;
             }
-            layout.spare.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(values);
+            layout.spare.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(flat);
         }
         Ok((averaged, extras))
     }
@@ -303,33 +314,13 @@ fn zero_missing(layout: &GradBuckets, had_grad: &[bool], b: usize, values: &mut 
 }
 
 impl Values {
-    /// The values at `offset` shaped as `like`, on its device.
-    fn tensor(&self, offset: usize, like: &Tensor) -> Result<Tensor> {
-        let n = like.elem_count();
-        let t = match self {
-            Values::F32(v) => {
-                Tensor::from_vec(v[offset..offset + n].to_vec(), like.shape().clone(), rnn_core::Device::Cpu)?
-            }
-            Values::F64(v) => {
-                Tensor::from_vec(v[offset..offset + n].to_vec(), like.shape().clone(), rnn_core::Device::Cpu)?
-            }
-        };
-        t.to_device(like.device())
-    }
-
-    /// Writes the values at `offset` into `grad` in place when nothing else shares it.
-    fn write_into(&self, offset: usize, grad: &Tensor) -> Result<bool> {
-        let n = grad.elem_count();
+    /// The whole bucket as a flat CPU tensor, without a copy; its drop gives the buffer
+    /// back to the host buffer cache.
+    fn into_tensor(self) -> Result<Tensor> {
+        let n = self.len();
         match self {
-            Values::F32(v) => grad.write_if_unique(&v[offset..offset + n]),
-            Values::F64(v) => grad.write_if_unique(&v[offset..offset + n]),
-        }
-    }
-
-    fn tail(&self, from: usize, count: usize) -> Vec<f64> {
-        match self {
-            Values::F32(v) => v[from..from + count].iter().map(|x| *x as f64).collect(),
-            Values::F64(v) => v[from..from + count].to_vec(),
+            Values::F32(v) => Tensor::from_vec(v, n, Device::Cpu),
+            Values::F64(v) => Tensor::from_vec(v, n, Device::Cpu),
         }
     }
 }

@@ -74,8 +74,10 @@ impl ParallelRun {
         let mut reduction = self.buckets.start(&[local]);
         let mut grads = GradStore::new();
         loss.backward_with_hook(&mut grads, &mut |param, grad| reduction.ready(param, grad))?;
+        // The local gradients are in the buckets now: their buffers go back to the cache.
+        drop(grads);
         let waiting = Instant::now();
-        let (averaged, extras) = reduction.finish(grads)?;
+        let (averaged, extras) = reduction.finish()?;
         self.comm_wait_ns.fetch_add(waiting.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok((averaged, extras.first().copied().unwrap_or(f64::NAN)))
     }

@@ -11,6 +11,18 @@ fn adam(step: u64) -> UpdateRule {
     UpdateRule::Adam(AdamHyper { lr, beta1, beta2, eps, weight_decay, decoupled: true, amsgrad: true, step })
 }
 
+/// SGD at learning rate 0.5, first step.
+fn sgd(momentum: f64) -> UpdateRule {
+    UpdateRule::Sgd(SgdHyper {
+        lr: 0.5,
+        momentum,
+        dampening: 0.0,
+        nesterov: false,
+        weight_decay: 0.0,
+        first_step: true,
+    })
+}
+
 /// Ten AdamW + AMSGrad steps of three parameters on `device`; returns parameters and states.
 fn run(device: Device, start: &[Tensor], grads: &[Vec<Tensor>]) -> Result<Vec<Vec<f64>>> {
     // Fresh storage: the updates are in place.
@@ -46,14 +58,7 @@ fn fused_step_matches_the_cpu(device: Device) -> Result<()> {
 test_device!(fused_step_matches_the_cpu_test, fused_step_matches_the_cpu);
 
 fn updates_in_place_and_declines_what_it_cannot_fuse(device: Device) -> Result<()> {
-    let sgd = UpdateRule::Sgd(SgdHyper {
-        lr: 0.5,
-        momentum: 0.9,
-        dampening: 0.0,
-        nesterov: false,
-        weight_decay: 0.0,
-        first_step: true,
-    });
+    let sgd = sgd(0.9);
     let p = Tensor::ones(3, DType::F32, device)?;
     let alias = p.detach();
     let (g, buf) = (Tensor::ones(3, DType::F32, device)?, Tensor::zeros(3, DType::F32, device)?);
@@ -80,14 +85,7 @@ test_device!(updates_in_place_and_declines_what_it_cannot_fuse_test, updates_in_
 /// give; GPU launches, which hold every buffer at once, decline them. A gradient that shares
 /// a buffer another update writes is declined everywhere.
 fn gradients_may_share_a_buffer_on_the_cpu(device: Device) -> Result<()> {
-    let sgd = UpdateRule::Sgd(SgdHyper {
-        lr: 0.5,
-        momentum: 0.0,
-        dampening: 0.0,
-        nesterov: false,
-        weight_decay: 0.0,
-        first_step: true,
-    });
+    let sgd = sgd(0.0);
     let bucket = Tensor::from_vec((1..=7).map(|i| i as f32).collect(), 7, device)?;
     let (ga, gb) = (bucket.narrow(0, 0, 3)?, bucket.narrow(0, 3, 4)?.reshape((2, 2))?);
     let (a, b) = (Tensor::ones(3, DType::F32, device)?, Tensor::ones((2, 2), DType::F32, device)?);

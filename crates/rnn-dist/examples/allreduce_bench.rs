@@ -13,13 +13,16 @@
 //!
 //! Each line: `mode,bytes,seconds per call,GB/s` (bytes / time, the algorithm bandwidth),
 //! measured by rank 0 after a barrier: the median of 5 timed runs of at least 0.2 s each.
-//! Modes: `raw`, `group` (owning vectors, `all_reduce_vec_async(..).wait()`), `group-slice`
-//! (`all_reduce_slice`, which copies in and out).
+//! Modes: `raw` (from a send to a receive buffer), `raw-in-place` (`MPI_IN_PLACE`, as the
+//! group's MPI engine calls it), `group` (owning vectors, `all_reduce_vec_async(..).wait()`),
+//! `group-slice` (`all_reduce_slice`, which copies in and out).
 
 use std::time::Instant;
 
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
-use mpi::topology::Communicator;
+use mpi::datatype::Equivalence;
+use mpi::raw::AsRaw;
+use mpi::topology::{Communicator, SimpleCommunicator};
 use rnn_dist::{ProcessGroup, ReduceOp};
 
 const SIZES_BYTES: [usize; 8] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
@@ -66,22 +69,44 @@ fn report(mode: &str, bytes: usize, seconds: f64) {
     println!("{mode},{bytes},{seconds:.9},{:.3}", bytes as f64 / seconds / 1e9);
 }
 
-fn raw(sizes: &[usize]) {
+unsafe extern "C" {
+    /// The MPI library's `MPI_IN_PLACE`, from rnn-dist's C shim (`src/mpi_in_place.c`).
+    static rnn_mpi_in_place: *mut std::ffi::c_void;
+}
+
+/// `MPI_Allreduce` (sum) of `data` over the world, in place.
+fn sum_in_place(world: &SimpleCommunicator, data: &mut [f32]) {
+    // SAFETY: `data` is a live, exclusively borrowed f32 buffer whose length fits a C int
+    // (at most 64 MB here); MPI_IN_PLACE makes it both the input and the output.
+    unsafe {
+        mpi::ffi::MPI_Allreduce(
+            rnn_mpi_in_place,
+            data.as_mut_ptr().cast(),
+            data.len() as std::ffi::c_int,
+            f32::equivalent_datatype().as_raw(),
+            SystemOperation::sum().as_raw(),
+            world.as_raw(),
+        );
+    }
+}
+
+fn raw(sizes: &[usize], in_place: bool) {
     let universe = mpi::initialize().expect("MPI init");
     let world = universe.world();
     for &bytes in sizes {
         let send = vec![1.0f32; bytes / 4];
         let mut recv = vec![0.0f32; bytes / 4];
-        let seconds = time_per_call(
-            || world.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum()),
-            |wish| {
-                let mut most = 0.0f64;
-                world.all_reduce_into(&wish, &mut most, SystemOperation::max());
-                most
-            },
-        );
+        let step = || match in_place {
+            true => sum_in_place(&world, &mut recv),
+            false => world.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum()),
+        };
+        let seconds = time_per_call(step, |wish| {
+            let mut most = 0.0f64;
+            world.all_reduce_into(&wish, &mut most, SystemOperation::max());
+            most
+        });
         if world.rank() == 0 {
-            report("raw", bytes, seconds);
+            report(if in_place { "raw-in-place" } else { "raw" }, bytes, seconds);
         }
     }
 }
@@ -121,11 +146,12 @@ fn agree(g: &ProcessGroup, wish: f64) -> f64 {
 
 fn main() -> rnn_core::Result<()> {
     match std::env::args().nth(1).as_deref() {
-        Some("raw") => raw(&sizes()?),
+        Some("raw") => raw(&sizes()?, false),
+        Some("raw-in-place") => raw(&sizes()?, true),
         Some("group") => group(false, &sizes()?)?,
         Some("group-slice") => group(true, &sizes()?)?,
         _ => eprintln!(
-            "usage: mpirun -np 2 allreduce_bench raw|group|group-slice [bytes,bytes,..] (RNN_DIST_CHECKS=0: unchecked)"
+            "usage: mpirun -np 2 allreduce_bench raw|raw-in-place|group|group-slice [bytes,bytes,..] (RNN_DIST_CHECKS=0: unchecked)"
         ),
     }
     Ok(())

@@ -314,8 +314,8 @@ fn zero_missing(layout: &GradBuckets, had_grad: &[bool], b: usize, values: &mut 
 }
 
 impl Values {
-    /// The whole bucket as a flat CPU tensor, without a copy; its drop gives the buffer
-    /// back to the host buffer cache.
+    /// The whole bucket as a flat CPU tensor, without a copy: the averaged gradients view
+    /// it, and the next step takes its buffer back (`reclaim`).
     fn into_tensor(self) -> Result<Tensor> {
         let n = self.len();
         match self {

@@ -6,7 +6,10 @@ plus the attention of the GPT training step (B=32 H=4 N=64 D=32, causal), f32; s
 
 Peak extra memory: torch's CPU allocator is not counted by Python, so the peak resident set
 is used: /proc/self/clear_refs resets VmHWM, one call runs, and VmHWM - VmRSS(before) is its
-peak growth (Linux only). glibc would serve a call's buffers from memory freed by the calls
+peak growth (Linux only), read while the call's results (the output; the three gradients)
+are still alive, as `rnn bench attention --rss` reads it. (Read after they are freed, the
+high-water mark that the kernel recorded at their unmapping came out below the output's own
+size: 848-880 KB for the GPT shape's 1024 KB output.) glibc would serve a call's buffers from memory freed by the calls
 before it (already resident, so invisible), so the memory is measured in a child process with
 MALLOC_MMAP_THRESHOLD_=65536: every buffer above 64 KiB is then mapped on allocation and
 unmapped on free, and the resident peak is the peak of live buffers (to a page). The timing
@@ -40,8 +43,10 @@ def peak_extra_bytes(fn):
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset VmHWM to the current resident set
     before = status_kb("VmRSS")
-    fn()
-    return max(0, status_kb("VmHWM") - before) * 1024
+    results = fn()
+    peak = max(0, status_kb("VmHWM") - before) * 1024
+    del results
+    return peak
 
 
 def main():
@@ -117,11 +122,12 @@ def workloads(lengths):
 
             def forward():
                 with torch.no_grad():
-                    F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
             def both():
                 qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
                 F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal).sum().backward()
+                return qg.grad, kg.grad, vg.grad
 
             yield f"attn_fwd_{tag}", flops, forward
             yield f"attn_fwdbwd_{tag}", 3.5 * flops, both

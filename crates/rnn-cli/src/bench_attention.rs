@@ -170,17 +170,20 @@ pub fn run(sizes: &AttentionSizes, quick: bool, out: &mut dyn Write) -> CliResul
         for &causal in shape.causal {
             let mask = if causal { AttentionMask::causal() } else { AttentionMask::none() };
             let tag = format!("{}{}", shape.tag, if causal { "_causal" } else { "" });
-            let forward = || -> rnn::Result<()> {
+            // Each call returns its results (the output; the three gradients), so that the
+            // memory passes read the peak while they are alive, as the twin does.
+            let forward = || -> rnn::Result<Vec<Tensor>> {
                 let _no_grad = NoGradGuard::new();
-                scaled_dot_product_attention(&q, &k, &v, &mask, None).map(drop)
+                Ok(vec![scaled_dot_product_attention(&q, &k, &v, &mask, None)?])
             };
             // The PyTorch convention: a backward costs 2.5 forwards (five products, not two).
-            let both = || -> rnn::Result<()> {
+            let both = || -> rnn::Result<Vec<Tensor>> {
                 let (q, k, v) = (q.requires_grad(), k.requires_grad(), v.requires_grad());
-                scaled_dot_product_attention(&q, &k, &v, &mask, None)?.sum_all()?.backward().map(drop)
+                let grads = scaled_dot_product_attention(&q, &k, &v, &mask, None)?.sum_all()?.backward()?;
+                Ok([&q, &k, &v].into_iter().filter_map(|t| grads.get(t).cloned()).collect())
             };
             let flops = forward_flops(shape.dims, causal);
-            let mut one = |name: String, flops: f64, f: &dyn Fn() -> rnn::Result<()>| -> CliResult<()> {
+            let mut one = |name: String, flops: f64, f: &dyn Fn() -> rnn::Result<Vec<Tensor>>| -> CliResult<()> {
                 let rec = |name: String, metric, value, higher_is_better| Record {
                     suite: "attention",
                     name,
@@ -200,7 +203,7 @@ pub fn run(sizes: &AttentionSizes, quick: bool, out: &mut dyn Write) -> CliResul
                     records.push(rec(name.replacen("attn_", "attnrss_", 1), "MB", mb, false));
                     return Ok(());
                 }
-                let m = time_call(sizes.timing, f)?;
+                let m = time_call(sizes.timing, || f().map(drop))?;
                 let (r, peak) = peak_extra(f);
                 r?;
                 let gflops = flops / m.median_seconds / 1e9;

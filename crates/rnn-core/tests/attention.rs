@@ -318,6 +318,37 @@ fn nan_inf(device: Device) -> Result<()> {
 }
 test_device!(nan_inf_test, nan_inf);
 
+/// The output's gradient may arrive broadcast: the gradient of `o.sum()` (one value over all
+/// of o) or of a weighted sum over the rows (row stride 0). The CPU backward reads such a
+/// gradient as it is; the gradients equal those of the same gradient materialized.
+fn broadcast_output_gradient(device: Device) -> Result<()> {
+    let dtype = widest_float(device);
+    let (b, h, nq, nk, d) = (2, 3, 70, 33, 8);
+    let t = |seed, dims: [usize; 4]| -> Result<Tensor> {
+        let n = dims.iter().product();
+        Tensor::from_vec(rand_vec(seed, n, -1.0, 1.0), dims, CPU)?.to_dtype(dtype)?.to_device(device)
+    };
+    let (q, k, v) = (t(1, [b, h, nq, d])?.requires_grad(), t(2, [b, h, nk, d])?.requires_grad(), t(3, [b, h, nk, d])?);
+    let v = v.requires_grad();
+    let w = t(4, [b, h, 1, d])?;
+    for mask in [AttentionMask::none(), AttentionMask::causal()] {
+        let attend = || scaled_dot_product_attention(&q, &k, &v, &mask, None);
+        let o = attend()?;
+        let seeds = [o.ones_like()?, w.broadcast_as(o.shape())?.contiguous()?];
+        let broadcast = [o.sum_all()?, o.sum_keepdim(2)?.mul(&w)?.sum_all()?];
+        for (loss, seed) in broadcast.iter().zip(&seeds) {
+            let got = loss.backward()?;
+            let want = attend()?.mul(seed)?.sum_all()?.backward()?;
+            for (name, x) in [("q", &q), ("k", &k), ("v", &v)] {
+                let (g, w) = (got.get(x).expect("a gradient"), want.get(x).expect("a gradient"));
+                check(&format!("{dtype} on {device}: gradient of {name}"), g, &values(w), tol_on(device, 1e-6));
+            }
+        }
+    }
+    Ok(())
+}
+test_device!(broadcast_output_gradient_test, broadcast_output_gradient);
+
 /// Empty batch, heads or sequences give empty (or zero) results and gradients, no error.
 fn empty(device: Device) -> Result<()> {
     let dtype = widest_float(device);

@@ -26,7 +26,7 @@ use crate::autocast::AutocastOp;
 use crate::cpu::CpuStorage;
 use crate::gpu::plan::{KernelSource, Program};
 use crate::gpu::target::Target;
-use crate::{DType, Error, Layout, Result, Shape, Tensor};
+use crate::{DType, Device, Error, Layout, Result, Shape, Tensor};
 
 /// Which keys each query may attend to, and an optional additive bias: the `mask` argument
 /// of [`scaled_dot_product_attention`]. The parts combine (a causal mask with key padding,
@@ -252,7 +252,10 @@ impl FusedOp for Attention {
         let op = AttentionBackward { fwd: *self, bias_grad };
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         let lse = saved.first().ok_or_else(|| Error::Msg(format!("internal: {OP} saved no log-sum-exp")))?;
-        let g = g.contiguous()?;
+        // The CPU kernel reads dO by rows at any batch, head and row stride: a gradient that
+        // is broadcast there (the gradient of `o.sum()`) is not copied out whole. The GPU
+        // kernels read it contiguous.
+        let g = if g.device() == Device::Cpu { contiguous_rows(g)? } else { g.contiguous()? };
         let mut args: Vec<&Tensor> = vec![q, k, v, y, &g, lse];
         args.extend(inputs[3..].iter());
         let outs = Tensor::fused_outputs(Arc::new(op), &args)?;
@@ -268,7 +271,22 @@ impl FusedOp for Attention {
     }
 }
 
-/// The gradient of `Attention`: inputs q, k, v, the output o, its gradient do (contiguous),
+/// `g` (`[B, H, N, Dv]`) with contiguous rows, its broadcast (zero-stride) batch, head and
+/// row dims left broadcast: only the one row they repeat is made contiguous.
+fn contiguous_rows(g: &Tensor) -> Result<Tensor> {
+    let (dims, strides) = (g.dims(), g.layout().strides());
+    let repeated: Vec<usize> = (0..dims.len().saturating_sub(1)).filter(|&d| strides[d] == 0 && dims[d] > 1).collect();
+    if repeated.is_empty() {
+        return g.contiguous();
+    }
+    let mut one = g.clone();
+    for &d in &repeated {
+        one = one.narrow(d, 0, 1)?;
+    }
+    one.contiguous()?.broadcast_as(g.shape())
+}
+
+/// The gradient of `Attention`: inputs q, k, v, the output o, its gradient do (rows contiguous),
 /// the saved log-sum-exp, then the forward's mask inputs; outputs dq, then dk, dv, and the
 /// `[B, H, Nq, Nk]` bias gradient when `bias_grad`.
 #[derive(Clone, Copy, Debug)]

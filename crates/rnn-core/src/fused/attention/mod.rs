@@ -252,9 +252,8 @@ impl FusedOp for Attention {
         let op = AttentionBackward { fwd: *self, bias_grad };
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         let lse = saved.first().ok_or_else(|| Error::Msg(format!("internal: {OP} saved no log-sum-exp")))?;
-        // The CPU kernel reads dO by rows at any batch, head and row stride: a gradient that
-        // is broadcast there (the gradient of `o.sum()`) is not copied out whole. The GPU
-        // kernels read it contiguous.
+        // The CPU kernel reads dO by rows at any batch, head and row stride, so a strided or
+        // broadcast gradient is not copied out whole there. The GPU kernels read it contiguous.
         let g = if g.device() == Device::Cpu { contiguous_rows(g)? } else { g.contiguous()? };
         let mut args: Vec<&Tensor> = vec![q, k, v, y, &g, lse];
         args.extend(inputs[3..].iter());
@@ -271,19 +270,21 @@ impl FusedOp for Attention {
     }
 }
 
-/// `g` (`[B, H, N, Dv]`) with contiguous rows, its broadcast (zero-stride) batch, head and
-/// row dims left broadcast: only the one row they repeat is made contiguous.
+/// `g` (`[B, H, N, Dv]`) as the CPU kernel reads it without a whole copy: rows contiguous,
+/// batch, head and row at any stride, broadcast ones included (the `[B, H, N, D]` view of a
+/// transformer's `[B, N, H, D]` gradient, the gradient of `o.sum()`). Only strided or
+/// broadcast rows are copied, once per distinct row.
 fn contiguous_rows(g: &Tensor) -> Result<Tensor> {
     let (dims, strides) = (g.dims(), g.layout().strides());
-    let repeated: Vec<usize> = (0..dims.len().saturating_sub(1)).filter(|&d| strides[d] == 0 && dims[d] > 1).collect();
-    if repeated.is_empty() {
-        return g.contiguous();
+    let Some(last) = dims.len().checked_sub(1) else { return Ok(g.clone()) };
+    if strides[last] == 1 || dims[last] <= 1 {
+        return Ok(g.clone());
     }
-    let mut one = g.clone();
-    for &d in &repeated {
-        one = one.narrow(d, 0, 1)?;
+    let mut rows = g.clone();
+    for d in (0..last).filter(|&d| strides[d] == 0 && dims[d] > 1) {
+        rows = rows.narrow(d, 0, 1)?;
     }
-    one.contiguous()?.broadcast_as(g.shape())
+    rows.contiguous()?.broadcast_as(g.shape())
 }
 
 /// The gradient of `Attention`: inputs q, k, v, the output o, its gradient do (rows contiguous),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # all_reduce bandwidth of rnn-dist's MPI process group against raw MPI_Allreduce (from a send
-# to a receive buffer, and in place as the group calls it), 2 ranks on this machine
+# to a receive buffer, in place as the group calls it, and nonblocking in place), 2 ranks on
+# this machine, and of the in-process group of 2 threads
 # (crates/rnn-dist/examples/allreduce_bench.rs). Prints one table: per size, the GB/s of each
 # mode, and each mode's bandwidth over raw MPI's.
 #   bench/allreduce_mpi.sh [ranks]        (OpenMPI; run as root it allows itself)
@@ -11,17 +12,19 @@ cargo build --release -q -p rnn-dist --features mpi --example allreduce_bench
 BIN="${CARGO_TARGET_DIR:-target}/release/examples/allreduce_bench"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 OUT="$(mktemp)"
-for mode in raw raw-in-place group group-slice; do
+for mode in raw raw-in-place raw-nonblocking group group-slice; do
     mpirun -np "$NP" --oversubscribe "$BIN" "$mode" >>"$OUT"
 done
 mpirun -np "$NP" --oversubscribe -x RNN_DIST_CHECKS=0 "$BIN" group >>"$OUT"
+# The in-process group of 2 threads (no MPI), for comparison.
+"$BIN" threads >>"$OUT"
 python3 - "$OUT" <<'PY'
 import sys, collections
 rows = [l.strip().split(",") for l in open(sys.argv[1]) if l.count(",") == 3]
 by = collections.defaultdict(dict)
 for mode, size, sec, gbs in rows:
     by[int(size)][mode] = (float(sec), float(gbs))
-modes = [m for m in ["raw", "raw-in-place", "group", "group-unchecked", "group-slice"] if any(m in v for v in by.values())]
+modes = [m for m in ["raw", "raw-in-place", "raw-nonblocking", "group", "group-unchecked", "group-slice", "threads2"] if any(m in v for v in by.values())]
 print("| bytes | " + " | ".join(f"{m} GB/s" for m in modes) + " | " + " | ".join(f"{m}/raw" for m in modes[1:]) + " |")
 print("|" + "---|" * (1 + 2 * len(modes) - 1))
 for size in sorted(by):

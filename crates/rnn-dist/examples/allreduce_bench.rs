@@ -14,8 +14,10 @@
 //! Each line: `mode,bytes,seconds per call,GB/s` (bytes / time, the algorithm bandwidth),
 //! measured by rank 0 after a barrier: the median of 5 timed runs of at least 0.2 s each.
 //! Modes: `raw` (from a send to a receive buffer), `raw-in-place` (`MPI_IN_PLACE`, as the
-//! group's MPI engine calls it), `group` (owning vectors, `all_reduce_vec_async(..).wait()`),
-//! `group-slice` (`all_reduce_slice`, which copies in and out).
+//! group's MPI engine calls it), `raw-nonblocking` (`MPI_Iallreduce` in place, polled with
+//! `MPI_Test`), `group` (owning vectors, `all_reduce_vec_async(..).wait()`), `group-slice`
+//! (`all_reduce_slice`, which copies in and out), and `threads` (run without `mpirun`: the
+//! `group` loop on a `ProcessGroup::threads(2)` group in this process).
 
 use std::time::Instant;
 
@@ -90,6 +92,48 @@ fn sum_in_place(world: &SimpleCommunicator, data: &mut [f32]) {
     }
 }
 
+/// `MPI_Iallreduce` (sum) of `data` in place, completed by polling `MPI_Test`: the call a
+/// caller-thread path with a deadline would make (it can give up waiting; a blocking
+/// `MPI_Allreduce` cannot).
+fn sum_nonblocking(world: &SimpleCommunicator, data: &mut [f32]) {
+    // SAFETY: `data` is a live, exclusively borrowed f32 buffer whose length fits a C int;
+    // the request is completed (MPI_Test reports done) before the borrow ends, and
+    // MPI_IN_PLACE makes the buffer both the input and the output.
+    unsafe {
+        let mut req: mpi::ffi::MPI_Request = std::mem::zeroed();
+        mpi::ffi::MPI_Iallreduce(
+            rnn_mpi_in_place,
+            data.as_mut_ptr().cast(),
+            data.len() as std::ffi::c_int,
+            f32::equivalent_datatype().as_raw(),
+            SystemOperation::sum().as_raw(),
+            world.as_raw(),
+            &mut req,
+        );
+        let mut done: std::ffi::c_int = 0;
+        while done == 0 {
+            mpi::ffi::MPI_Test(&mut req, &mut done, mpi::ffi::RSMPI_STATUS_IGNORE);
+        }
+    }
+}
+
+fn raw_nonblocking(sizes: &[usize]) {
+    let universe = mpi::initialize().expect("MPI init");
+    let world = universe.world();
+    for &bytes in sizes {
+        let mut recv = vec![0.0f32; bytes / 4];
+        let step = || sum_nonblocking(&world, &mut recv);
+        let seconds = time_per_call(step, |wish| {
+            let mut most = 0.0f64;
+            world.all_reduce_into(&wish, &mut most, SystemOperation::max());
+            most
+        });
+        if world.rank() == 0 {
+            report("raw-nonblocking", bytes, seconds);
+        }
+    }
+}
+
 fn raw(sizes: &[usize], in_place: bool) {
     let universe = mpi::initialize().expect("MPI init");
     let world = universe.world();
@@ -138,6 +182,30 @@ fn group(slices: bool, sizes: &[usize]) -> rnn_core::Result<()> {
     Ok(())
 }
 
+/// The group of `ranks` threads in this process (`ProcessGroup::threads`), each reducing
+/// its own vector as `group` does; rank 0 reports.
+fn threads(ranks: usize, sizes: &[usize]) -> rnn_core::Result<()> {
+    let groups = ProcessGroup::threads(ranks)?;
+    std::thread::scope(|s| {
+        for g in groups {
+            s.spawn(move || {
+                for &bytes in sizes {
+                    let mut data = Some(vec![1.0f32; bytes / 4]);
+                    let step = || {
+                        let v = data.take().unwrap_or_default();
+                        data = Some(g.all_reduce_vec_async(v, ReduceOp::Sum).wait().expect("all_reduce"));
+                    };
+                    let seconds = time_per_call(step, |wish| agree(&g, wish));
+                    if g.is_main() {
+                        report(&format!("threads{ranks}"), bytes, seconds);
+                    }
+                }
+            });
+        }
+    });
+    Ok(())
+}
+
 /// The largest of the ranks' `wish`es.
 fn agree(g: &ProcessGroup, wish: f64) -> f64 {
     let all = g.all_gather_slice(&[wish]).expect("all_gather");
@@ -148,10 +216,13 @@ fn main() -> rnn_core::Result<()> {
     match std::env::args().nth(1).as_deref() {
         Some("raw") => raw(&sizes()?, false),
         Some("raw-in-place") => raw(&sizes()?, true),
+        Some("raw-nonblocking") => raw_nonblocking(&sizes()?),
+        Some("threads") => threads(2, &sizes()?)?,
         Some("group") => group(false, &sizes()?)?,
         Some("group-slice") => group(true, &sizes()?)?,
         _ => eprintln!(
-            "usage: mpirun -np 2 allreduce_bench raw|raw-in-place|group|group-slice [bytes,bytes,..] (RNN_DIST_CHECKS=0: unchecked)"
+            "usage: mpirun -np 2 allreduce_bench raw|raw-in-place|raw-nonblocking|group|group-slice [bytes,bytes,..] \
+             (RNN_DIST_CHECKS=0: unchecked), or allreduce_bench threads [bytes,..] without mpirun"
         ),
     }
     Ok(())

@@ -108,12 +108,25 @@ impl Buf {
         }
     }
 
-    /// Elements `start..start + len`, as a new buffer.
-    pub(crate) fn slice(&self, start: usize, len: usize) -> Buf {
-        match self {
-            Buf::F32(v) => Buf::F32(v[start..start + len].to_vec()),
-            Buf::F64(v) => Buf::F64(v[start..start + len].to_vec()),
+    /// Overwrites this buffer with `from`'s elements `start..start + self.len()` (same
+    /// element type, checked by the caller's header).
+    pub(crate) fn copy_from(&mut self, from: &Buf, start: usize) {
+        match (self, from) {
+            (Buf::F32(a), Buf::F32(b)) => {
+                let n = a.len();
+                a.copy_from_slice(&b[start..start + n])
+            }
+            (Buf::F64(a), Buf::F64(b)) => {
+                let n = a.len();
+                a.copy_from_slice(&b[start..start + n])
+            }
+            _ => {} // unreachable once headers agree
         }
+    }
+
+    /// Keeps the first `len` elements.
+    pub(crate) fn truncate(&mut self, len: usize) {
+        with_buf!(self, v => v.truncate(len))
     }
 
     /// The buffers one after the other (all of one element type, checked by the header).

@@ -1,6 +1,12 @@
 //! The in-process engine: `n` ranks in one process (one per thread, e.g. one per GPU) meet
 //! at a shared rendezvous. Each rank deposits its header and buffer; the last to arrive
 //! checks the headers, computes the collective once for everybody and opens the next round.
+//!
+//! A reduction allocates nothing once warm: the sum goes into rank 0's buffer, every other
+//! rank gets its own deposited buffer back with the result copied in, and rank 0 gets the
+//! buffer of an earlier round's result of that size (kept once every rank is done with it). A fresh vector
+//! per rank and call costs page faults wherever the allocator maps large blocks anew (64 MB
+//! took 34 ms per all_reduce of two ranks that way, 14 ms this way).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -18,15 +24,11 @@ type Header = [i64; HEADER_WORDS];
 struct Round {
     lo: Header,
     hi: Header,
-    data: RoundData,
-}
-
-enum RoundData {
-    None,
-    /// The same result for every rank (all_reduce, broadcast, all_gather).
-    Same(Buf),
-    /// One result per rank (reduce_scatter).
-    PerRank(Vec<Buf>),
+    /// The result every rank reads: the sum (all_reduce; reduce_scatter, of which each rank
+    /// takes its chunk), the root's buffer (broadcast) or the concatenation (all_gather).
+    result: Option<Buf>,
+    /// Each rank's deposited buffer, handed back to it to receive a reduction's result.
+    own: Vec<Mutex<Option<Buf>>>,
 }
 
 #[derive(Default)]
@@ -37,6 +39,8 @@ struct State {
     calls: Vec<Option<Call>>,
     /// The last completed round.
     last: Option<Arc<Round>>,
+    /// Result buffers of earlier rounds, newest last, for later sums of their size to reuse.
+    spares: Vec<Buf>,
     /// Ranks whose engine is gone (their thread ended or dropped its group).
     departed: Vec<bool>,
     broken: Option<String>,
@@ -80,11 +84,26 @@ impl Engine for ThreadEngine {
         let judge = Call { collective: call.collective, buf: None, invalid: call.invalid.clone() };
         let round = self.meet(call.header(), call, op)?;
         judge.check_agreement(&round.lo, &round.hi)?;
-        Ok(match &round.data {
-            RoundData::None => None,
-            RoundData::Same(buf) => Some(buf.clone()),
-            RoundData::PerRank(bufs) => Some(bufs[self.rank].clone()),
-        })
+        let Some(result) = &round.result else { return Ok(None) };
+        // This rank's buffer to receive a reduction's result, or a new one.
+        let own = || lock(&round.own[self.rank]).take().unwrap_or_else(|| result.clone());
+        Ok(Some(match judge.collective {
+            Collective::AllReduce(_) => match lock(&round.own[self.rank]).take() {
+                Some(mut own) => {
+                    own.copy_from(result, 0);
+                    own
+                }
+                None => result.clone(),
+            },
+            Collective::ReduceScatter(_) => {
+                let chunk = result.len() / self.rendezvous.size;
+                let mut own = own();
+                own.truncate(chunk);
+                own.copy_from(result, self.rank * chunk);
+                own
+            }
+            _ => result.clone(),
+        }))
     }
 
     fn broken(&self) -> Option<String> {
@@ -148,42 +167,66 @@ fn break_rendezvous(rv: &Rendezvous, state: &mut State, why: String) -> Error {
 
 /// Compares the deposited headers, computes the collective and clears the deposits.
 fn complete_round(state: &mut State, size: usize) -> Round {
+    reclaim_spare(state);
     let headers: Vec<Header> = state.headers.iter_mut().map(|h| h.take().unwrap_or_default()).collect();
     let calls: Vec<Call> = state.calls.iter_mut().filter_map(Option::take).collect();
     let lo = headers.iter().fold(headers[0], |acc, h| std::array::from_fn(|i| acc[i].min(h[i])));
     let hi = headers.iter().fold(headers[0], |acc, h| std::array::from_fn(|i| acc[i].max(h[i])));
     let agree = lo == hi && hi[HEADER_WORDS - 1] == 0 && calls.len() == size;
-    let data = if agree { compute(calls, size) } else { RoundData::None };
-    Round { lo, hi, data }
-}
-
-fn compute(calls: Vec<Call>, size: usize) -> RoundData {
-    let collective = calls[0].collective;
+    let Some(collective) = calls.first().map(|c| c.collective).filter(|_| agree) else {
+        return Round { lo, hi, result: None, own: Vec::new() };
+    };
     let mut bufs: Vec<Buf> = calls.into_iter().filter_map(|c| c.buf).collect();
     if bufs.len() != size {
-        return RoundData::None; // a barrier
+        return Round { lo, hi, result: None, own: Vec::new() }; // a barrier
     }
-    match collective {
-        Collective::AllReduce(op) => RoundData::Same(reduce(bufs, op, size)),
-        Collective::Broadcast { root } => RoundData::Same(bufs.swap_remove(root)),
-        Collective::AllGather => RoundData::Same(Buf::concat(&bufs.iter().collect::<Vec<_>>())),
-        Collective::ReduceScatter(op) => {
-            let total = reduce(bufs, op, size);
-            let chunk = total.len() / size;
-            RoundData::PerRank((0..size).map(|r| total.slice(r * chunk, chunk)).collect())
+    let own: Vec<Mutex<Option<Buf>>> = (0..size).map(|_| Mutex::new(None)).collect();
+    let result = match collective {
+        Collective::AllReduce(op) | Collective::ReduceScatter(op) => {
+            // Rank 0's buffer takes the sum; rank 0 receives its copy in the spare.
+            let mut rest = bufs.split_off(1);
+            let first = bufs.swap_remove(0);
+            *lock(&own[0]) = take_spare(&mut state.spares, &first);
+            let total = reduce(first, &rest, op, size);
+            for (r, b) in rest.drain(..).enumerate() {
+                *lock(&own[r + 1]) = Some(b);
+            }
+            total
         }
-        Collective::Barrier => RoundData::None,
+        Collective::Broadcast { root } => bufs.swap_remove(root),
+        Collective::AllGather => Buf::concat(&bufs.iter().collect::<Vec<_>>()),
+        Collective::Barrier => return Round { lo, hi, result: None, own: Vec::new() },
+    };
+    Round { lo, hi, result: Some(result), own }
+}
+
+/// How many result buffers a rendezvous keeps for reuse: enough for a few bucket sizes
+/// taking turns.
+const SPARES: usize = 4;
+
+/// Keeps the last round's result buffer as a spare for later sums, once no rank reads it
+/// any more: every rank has deposited again, so each has returned from the last round.
+fn reclaim_spare(state: &mut State) {
+    if let Some(Ok(Round { result: Some(buf), .. })) = state.last.take().map(Arc::try_unwrap) {
+        if state.spares.len() == SPARES {
+            state.spares.remove(0);
+        }
+        state.spares.push(buf);
     }
 }
 
-/// The sum over ranks in rank order (the same order on every call, so results are
-/// reproducible), divided by the world size for a mean.
-fn reduce(bufs: Vec<Buf>, op: crate::ReduceOp, size: usize) -> Buf {
-    let mut parts = bufs.into_iter();
-    let mut total = parts.next().expect("a group has at least one rank");
-    parts.for_each(|b| total.add_assign(&b));
+/// A spare of `like`'s element type and length, if one is kept.
+fn take_spare(spares: &mut Vec<Buf>, like: &Buf) -> Option<Buf> {
+    let i = spares.iter().rposition(|s| s.dtype() == like.dtype() && s.len() == like.len())?;
+    Some(spares.remove(i))
+}
+
+/// The sum over ranks in rank order (`first`, then `rest`: the same order on every call, so
+/// results are reproducible), divided by the world size for a mean.
+fn reduce(mut first: Buf, rest: &[Buf], op: crate::ReduceOp, size: usize) -> Buf {
+    rest.iter().for_each(|b| first.add_assign(b));
     if op == crate::ReduceOp::Mean {
-        total.divide(size);
+        first.divide(size);
     }
-    total
+    first
 }

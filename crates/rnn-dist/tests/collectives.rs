@@ -35,6 +35,38 @@ fn thread_groups_of_1_2_and_4_pass_the_suite() -> Result<()> {
     Ok(())
 }
 
+/// Repeated reductions in a thread group are right every round (no stale values in reused
+/// buffers, mixed with barriers and other sizes), and once warm they allocate nothing: every
+/// rank gets back the buffer it deposited (rank 0 the one it deposited the round before).
+#[test]
+fn thread_group_reductions_reuse_the_ranks_buffers() -> Result<()> {
+    let n = 3;
+    all_ok(on_threads(n, |g| {
+        let r = g.rank() as f64;
+        let mut last_ptr = std::ptr::null();
+        for round in 0..6 {
+            let v: Vec<f64> = (0..1000).map(|i| r * 1000.0 + i as f64 + round as f64).collect();
+            let ptr = v.as_ptr();
+            let sum = g.all_reduce_vec_async(v, ReduceOp::Sum).wait()?;
+            let want = |i: usize| (0..n).map(|q| q as f64 * 1000.0 + i as f64 + round as f64).sum::<f64>();
+            assert!(sum.iter().enumerate().all(|(i, &x)| x == want(i)), "rank {} round {round}", g.rank());
+            match g.rank() {
+                0 if round > 0 => assert_eq!(sum.as_ptr(), last_ptr, "rank 0 round {round}"),
+                0 => {}
+                _ => assert_eq!(sum.as_ptr(), ptr, "rank {} round {round}", g.rank()),
+            }
+            last_ptr = ptr;
+            if round % 2 == 1 {
+                g.barrier()?;
+                assert_eq!(g.all_reduce_vec_async(vec![r; 7], ReduceOp::Mean).wait()?, vec![1.0; 7]);
+            }
+            let part = g.reduce_scatter_slice(&[r + round as f64; 6], ReduceOp::Sum)?;
+            assert_eq!(part, vec![3.0 + 3.0 * round as f64; 2]);
+        }
+        Ok(())
+    }))
+}
+
 #[test]
 fn the_single_group_passes_the_suite_and_rejects_other_roots() -> Result<()> {
     let g = ProcessGroup::single();

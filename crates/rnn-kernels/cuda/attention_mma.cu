@@ -14,7 +14,8 @@
 //     S^T = K Q^T, dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
 // P and dS are rounded to T for their products, as FlashAttention does. The column tiles
 // are double-buffered: cp.async copies of tile t + 1 run while tile t is multiplied. Tiles
-// that no mask reaches skip the per-element checks.
+// that no mask reaches skip the per-element checks; under the causal mask, a warp skips the
+// key tiles past its last row (forward and dq).
 #if MMA
 #define LDS (DMAX + 8)
 #define KSTEPS (DMAX / 16)
@@ -207,17 +208,16 @@ __device__ __forceinline__ void store_rows(T* out, const float (&x)[FTILES][4], 
 
 #if PASS == 0 && MMA
 #define STILES (COLS / 8)
-// STAGES 2: K and V tiles are double-buffered, the copies of tile t + 1 run while tile t is
-// multiplied. STAGES 1: one buffer, refilled after each tile (half the shared memory, so
-// more blocks per multiprocessor; the host picks, see mma_stages in gpu.rs).
-#define STAGES {{stages}}
+// K and V tiles are double-buffered: the copies of tile t + 1 run while tile t is multiplied.
+#define KV_ROWS (4 * COLS)
 extern "C" __global__ void __launch_bounds__(THREADS)
     kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
            const u32* __restrict__ lengths, const T* __restrict__ bias, T* __restrict__ out, C* __restrict__ lse) {
-    // STAGES buffers of COLS rows each for K and V; the query rows are staged in the K
-    // buffers before the tiles.
-    __shared__ __align__(16) h16 kbuf[(STAGES * COLS > ROWS ? STAGES * COLS : ROWS)][LDS];
-    __shared__ __align__(16) h16 vbuf[STAGES * COLS][LDS];
+    // Two buffers of COLS rows each for K, then two for V; the query rows are staged in the
+    // same space before the tiles (their fragments then live in registers).
+    __shared__ __align__(16) h16 tiles_smem[(KV_ROWS > ROWS ? KV_ROWS : ROWS)][LDS];
+    h16(*kbuf)[LDS] = tiles_smem;
+    h16(*vbuf)[LDS] = tiles_smem + 2 * COLS;
     const Problem p = problem(info);
     const float scale2 = (float)p.scale * LOG2E;
     const View qv = view(info, 0), kv = view(info, 1), vv = view(info, 2), bv = view(info, 3);
@@ -231,11 +231,14 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         const u64 end = key_end(p, lengths, b);
         const u64 stop = (p.flags & CAUSAL) && i0 + ROWS < end ? i0 + ROWS : end;
         const u64 steps = (stop + COLS - 1) / COLS;
+        // Under the causal mask, key tiles past this warp's last row add nothing to its rows
+        // (every score there is masked): the warp skips their products.
+        const u64 warp_stop = (p.flags & CAUSAL) ? i0 + 16 * warp + 16 : stop;
         __syncthreads();
-        stage_bits<ROWS>(kbuf, q, qv, b, h, i0, p.nq, p.d);
+        stage_bits<ROWS>(tiles_smem, q, qv, b, h, i0, p.nq, p.d);
         __syncthreads();
         u32 qa[KSTEPS][4];
-        a_frags(qa, kbuf, 16 * warp);
+        a_frags(qa, tiles_smem, 16 * warp);
         __syncthreads();
         if (steps > 0) {
             issue_keys(kbuf, vbuf, k, kv, v, vv, p, b, h, 0);
@@ -244,49 +247,50 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         zero(o);
         for (u64 step = 0; step < steps; ++step) {
             const u64 j0 = step * COLS;
-            h16(*ks)[LDS] = kbuf + step % STAGES * COLS;
-            h16(*vs)[LDS] = vbuf + step % STAGES * COLS;
-            const bool prefetch = STAGES == 2 && step + 1 < steps;
+            h16(*ks)[LDS] = kbuf + step % 2 * COLS;
+            h16(*vs)[LDS] = vbuf + step % 2 * COLS;
+            const bool prefetch = step + 1 < steps;
             if (prefetch)
                 issue_keys(kbuf + (step + 1) % 2 * COLS, vbuf + (step + 1) % 2 * COLS, k, kv, v, vv, p, b, h, j0 + COLS);
             wait_tile(prefetch);
-            float s[STILES][4];
-            zero(s);
-            mma_rows(s, qa, ks, 0);
-            float tile_max[2] = {neg_inf(), neg_inf()};
-            const bool masked = needs_mask(p, i0, ROWS, j0, COLS, end);
+            if (j0 < warp_stop) {
+                float s[STILES][4];
+                zero(s);
+                mma_rows(s, qa, ks, 0);
+                float tile_max[2] = {neg_inf(), neg_inf()};
+                const bool masked = needs_mask(p, i0 + 16 * warp, 16, j0, COLS, end);
 #pragma unroll
-            for (int n = 0; n < STILES; ++n)
+                for (int n = 0; n < STILES; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
-                    s[n][e] = tile_score2(masked, p, s[n][e], scale2, i, j, end, bias, bv, b, h);
-                    tile_max[e / 2] = nan_max(tile_max[e / 2], s[n][e]);
+                    for (int e = 0; e < 4; ++e) {
+                        const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
+                        s[n][e] = tile_score2(masked, p, s[n][e], scale2, i, j, end, bias, bv, b, h);
+                        tile_max[e / 2] = nan_max(tile_max[e / 2], s[n][e]);
+                    }
+                float alpha[2];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const float m_new = nan_max(m[r], quad_max(tile_max[r]));
+                    const float shift_new = m_new == neg_inf() ? 0.0f : m_new;
+                    alpha[r] = exp2f(m[r] - shift_new);
+                    m[r] = m_new;
+                    shift[r] = shift_new;
+                    l[r] *= alpha[r];
                 }
-            float alpha[2];
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const float m_new = nan_max(m[r], quad_max(tile_max[r]));
-                const float shift_new = m_new == neg_inf() ? 0.0f : m_new;
-                alpha[r] = exp2f(m[r] - shift_new);
-                m[r] = m_new;
-                shift[r] = shift_new;
-                l[r] *= alpha[r];
+                for (int f = 0; f < FTILES; ++f)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) o[f][e] *= alpha[e / 2];
+#pragma unroll
+                for (int n = 0; n < STILES; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        s[n][e] = exp2f(s[n][e] - shift[e / 2]);
+                        l[e / 2] += s[n][e];
+                    }
+                mma_fragments(o, s, vs);
             }
-#pragma unroll
-            for (int f = 0; f < FTILES; ++f)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) o[f][e] *= alpha[e / 2];
-#pragma unroll
-            for (int n = 0; n < STILES; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    s[n][e] = exp2f(s[n][e] - shift[e / 2]);
-                    l[e / 2] += s[n][e];
-                }
-            mma_fragments(o, s, vs);
             __syncthreads();
-            if (STAGES == 1 && step + 1 < steps) issue_keys(kbuf, vbuf, k, kv, v, vv, p, b, h, j0 + COLS);
         }
         float inv[2];
 #pragma unroll
@@ -329,6 +333,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         const u64 end = key_end(p, lengths, b);
         const u64 stop = (p.flags & CAUSAL) && i0 + ROWS < end ? i0 + ROWS : end;
         const u64 steps = (stop + COLS - 1) / COLS;
+        const u64 warp_stop = (p.flags & CAUSAL) ? i0 + 16 * warp + 16 : stop; // as in the forward
         __syncthreads();
         stage_bits<ROWS>(tiles_smem, q, qv, b, h, i0, p.nq, p.d);
         stage_bits<ROWS>(tiles_smem + ROWS, d_o, dov, b, h, i0, p.nq, p.dv);
@@ -371,22 +376,24 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 issue_keys(next, next + COLS, k, kv, v, vv, p, b, h, j0 + COLS);
             }
             wait_tile(step + 1 < steps);
-            float s[STILES][4], dp[STILES][4];
-            zero(s);
-            zero(dp);
-            mma_rows(s, qa, ks, 0);
-            mma_rows(dp, da, vs, 0);
-            const bool masked = needs_mask(p, i0, ROWS, j0, COLS, end);
+            if (j0 < warp_stop) {
+                float s[STILES][4], dp[STILES][4];
+                zero(s);
+                zero(dp);
+                mma_rows(s, qa, ks, 0);
+                mma_rows(dp, da, vs, 0);
+                const bool masked = needs_mask(p, i0 + 16 * warp, 16, j0, COLS, end);
 #pragma unroll
-            for (int n = 0; n < STILES; ++n)
+                for (int n = 0; n < STILES; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
-                    const float x = tile_score2(masked, p, s[n][e], scale2, i, j, end, bias, bv, b, h);
-                    const float pr = exp2f(x - shift[e / 2]);
-                    s[n][e] = !masked || (i < p.nq && j < p.nk) ? pr * (dp[n][e] - dl[e / 2]) : 0.0f;
-                }
-            mma_fragments(acc, s, ks);
+                    for (int e = 0; e < 4; ++e) {
+                        const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
+                        const float x = tile_score2(masked, p, s[n][e], scale2, i, j, end, bias, bv, b, h);
+                        const float pr = exp2f(x - shift[e / 2]);
+                        s[n][e] = !masked || (i < p.nq && j < p.nk) ? pr * (dp[n][e] - dl[e / 2]) : 0.0f;
+                    }
+                mma_fragments(acc, s, ks);
+            }
             __syncthreads();
         }
         store_rows(dq + bh * p.nq * p.d, acc, (float)p.scale, i0 + 16 * warp, p.nq, p.d);

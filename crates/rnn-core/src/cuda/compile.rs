@@ -195,6 +195,15 @@ pub fn compile_cubin_for_check(source: &str, arch: &str) -> Result<Vec<u8>> {
     compile_with_headers(source, arch, &find_headers(&header_candidates(), version.0), fast)
 }
 
+/// Compiles `source` for `arch` as [`compile_cubin_uncached`] does, and returns with the
+/// CUBIN the assembler's resource report (`ptxas --verbose`: registers, spill stores and
+/// loads, shared memory per kernel), for checks of resource use without a GPU.
+pub fn compile_cubin_with_report(source: &str, arch: &str) -> Result<(Vec<u8>, String)> {
+    let version = nvrtc_version()?;
+    let headers = find_headers(&header_candidates(), version.0);
+    compile_logged(source, arch, &headers, &["--ptxas-options=--verbose"])
+}
+
 /// Whether `bytes` look like a CUBIN (an ELF image).
 pub fn is_cubin(bytes: &[u8]) -> bool {
     bytes.starts_with(b"\x7fELF")
@@ -213,6 +222,11 @@ enum Failure {
 /// Compiles `source` for `arch` with the include folders of `headers` (none is fine for
 /// kernels that include no CUDA header) and the `extra` NVRTC options.
 pub(crate) fn compile_with_headers(source: &str, arch: &str, headers: &Headers, extra: &[&str]) -> Result<Vec<u8>> {
+    compile_logged(source, arch, headers, extra).map(|(cubin, _)| cubin)
+}
+
+/// [`compile_with_headers`], with NVRTC's log of the successful compilation.
+fn compile_logged(source: &str, arch: &str, headers: &Headers, extra: &[&str]) -> Result<(Vec<u8>, String)> {
     let version = nvrtc_version()?;
     let mut options = vec![format!("--gpu-architecture={arch}"), "--std=c++17".to_string()];
     options.extend(extra.iter().map(|o| o.to_string()));
@@ -250,15 +264,21 @@ impl Drop for Program {
     }
 }
 
-fn nvrtc_cubin(source: &std::ffi::CStr, options: &[String]) -> std::result::Result<Vec<u8>, Failure> {
+/// NVRTC's log of `program`'s compilation.
+fn program_log(program: &Program) -> String {
+    // SAFETY: `program` is a live program (destroyed only by its guard).
+    let log = unsafe { nvrtc_result::get_program_log(program.0) }.unwrap_or_default();
+    let bytes: Vec<u8> = log.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).trim_end().to_string()
+}
+
+/// The CUBIN of `source` and NVRTC's log.
+fn nvrtc_cubin(source: &std::ffi::CStr, options: &[String]) -> std::result::Result<(Vec<u8>, String), Failure> {
     let program =
         Program(nvrtc_result::create_program(source, None).map_err(|e| Failure::Call("nvrtcCreateProgram", e.0))?);
     // SAFETY: `program` is a live program (destroyed only by its guard).
     if let Err(e) = unsafe { nvrtc_result::compile_program(program.0, options) } {
-        // SAFETY: as above.
-        let log = unsafe { nvrtc_result::get_program_log(program.0) }.unwrap_or_default();
-        let bytes: Vec<u8> = log.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
-        let log = String::from_utf8_lossy(&bytes).trim_end().to_string();
+        let log = program_log(&program);
         return Err(if log.is_empty() { Failure::Call("nvrtcCompileProgram", e.0) } else { Failure::Compile(log) });
     }
     let mut size = 0usize;
@@ -279,7 +299,7 @@ fn nvrtc_cubin(source: &std::ffi::CStr, options: &[String]) -> std::result::Resu
     if !is_cubin(&cubin) {
         return Err(Failure::NoCubin);
     }
-    Ok(cubin)
+    Ok((cubin, program_log(&program)))
 }
 
 // ---------------------------------------------------------------------------------------

@@ -20,8 +20,8 @@ mod storage;
 mod user_kernel;
 
 pub use compile::{
-    cache_entry, cache_file, compile_cubin, compile_cubin_for_check, compile_cubin_uncached, disk_cached_cubin,
-    driver_version, is_cubin, nvrtc_version,
+    cache_entry, cache_file, compile_cubin, compile_cubin_for_check, compile_cubin_uncached, compile_cubin_with_report,
+    disk_cached_cubin, driver_version, is_cubin, nvrtc_version,
 };
 pub use context::device_count;
 pub use profile::{record_timing_event, CudaTimingEvent};

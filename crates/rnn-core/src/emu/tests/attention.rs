@@ -256,9 +256,15 @@ fn edge_cases() -> Vec<Case> {
             c.causal = true;
             c.bias = Some(BiasKind::Broadcast);
         }),
-        // The 16-bit forward's tiles (64 queries, 64 keys) plus one, on 16-byte row loads
-        // (contiguous, D a multiple of 8) and on element loads (strided views).
+        // The 16-bit kernels' tiles (forward: 128 queries, 64 keys; backward: 64 and 64)
+        // plus one, on 16-byte row loads (contiguous, D a multiple of 8) and on element
+        // loads (strided views); causal ones, where warps skip the key tiles past their rows.
         with([1, 2, 65, 130, 64, 64], &|c| c.causal = true),
+        with([1, 1, 129, 131, 64, 64], &|c| c.causal = true),
+        with([1, 1, 130, 96, 128, 128], &|c| {
+            c.causal = true;
+            c.lengths = Some(vec![90]);
+        }),
         with([2, 1, 70, 67, 32, 32], &|c| c.lengths = Some(vec![66, 3])),
         with([1, 1, 64, 65, 128, 128], &|_| {}),
         with([1, 2, 66, 64, 64, 64], &|c| {

@@ -101,27 +101,28 @@ fn mma(target: &Target, dtype: DType) -> bool {
     target.lang == Lang::Cuda && matches!(dtype, DType::F16 | DType::BF16)
 }
 
-/// (rows per block, columns per step) of an mma kernel. Two buffers of column tiles (the
-/// forward's `mma_stages`) must fit 48 KiB of static shared memory, and the accumulators and
-/// score fragments the registers: dmax 128 takes narrower steps, and the dk / dv pass (four
-/// tiles) fewer rows.
+/// (rows per block, columns per step) of an mma kernel. Shared memory must fit 48 KiB
+/// (static), and the accumulators, fragments and scores the registers without spilling
+/// (`tests/cuda_kernels.rs` fails on any spill in the assembler's report): hence narrower
+/// steps at dmax 128 and in the dq pass (which holds both Q's and dO's fragments; 64 columns
+/// spilled), and fewer rows in the dk / dv pass (four tiles). The forward's blocks hold 128
+/// query rows (8 warps), as FlashAttention-2's do: each K / V tile staged then serves twice
+/// the rows of a 64-row block, which halves the K / V reads from L2 per FLOP (at N = 16384,
+/// D = 128, B x H = 32: 64 GB per forward with 64-row blocks). Its queries are staged in the
+/// K / V tiles' space before the loop, then held in registers. Its K / V tiles are
+/// double-buffered at every dmax: with 64-row blocks on an H200 one buffer read 0-16% faster
+/// at dmax 64, where two halved the blocks a multiprocessor held
+/// (bench/results/2026-11-27-h200.md), but a 128-row block's registers (8 warps of 122-219
+/// each, `ptxas --verbose`) leave one or two blocks per multiprocessor, so the overlap of
+/// copies and products must come from within the block.
 fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
     match (pass, dmax) {
-        (Pass::Forward | Pass::Dq, 128) => (64, 32),
-        (Pass::Forward | Pass::Dq, _) => (64, 64),
+        (Pass::Forward, 128) => (128, 32),
+        (Pass::Forward, _) => (128, 64),
+        (Pass::Dq, 128) => (64, 16),
+        (Pass::Dq, _) => (64, 32),
         (Pass::DkDv, 128) => (32, 16),
         (Pass::DkDv, _) => (64, 32),
-    }
-}
-
-/// Column-tile buffers of an mma forward (`STAGES`). On an H200 double-buffering read the same
-/// as one buffer at dmax 128 and 0-16% slower at 64, where it doubles a block's shared memory
-/// (bench/results/2026-11-27-h200.md).
-fn mma_stages(dmax: usize) -> usize {
-    if dmax > 64 {
-        2
-    } else {
-        1
     }
 }
 
@@ -152,7 +153,6 @@ fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<Kern
     let (rows, cols) = tile(target, pass, dtype, dmax);
     let pass_index = (pass as usize).to_string();
     let threads = block_threads(target, pass, dtype, dmax).to_string();
-    let stages = mma_stages(dmax).to_string();
     let (dmax, rows_s, cols_s) = (dmax.to_string(), rows.to_string(), cols.to_string());
     let mma = if mma(target, dtype) { "1" } else { "0" };
     let subs = [
@@ -164,7 +164,6 @@ fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<Kern
         ("cols", cols_s.as_str()),
         ("threads", threads.as_str()),
         ("mma", mma),
-        ("stages", stages.as_str()),
     ];
     Ok(KernelSource::new(target, pass.template(target), &subs, target.needs_half(&[dtype])))
 }

@@ -13,9 +13,13 @@
 //! cuBLASLt's contract, which also checks the alignment promises made to cuBLASLt. Buffers
 //! are fenced by inaccessible pages (`buffer.rs`).
 //!
+//! The tensor-core primitives of `mma.cuh` (mma.sync, ldmatrix, cp.async) are modelled in
+//! `shim/shim_mma.h` with PTX's fragment layouts; a cp.async copy lands only when the wait
+//! that retires its group runs, so a kernel that reads a tile before waiting for it fails.
+//!
 //! What it cannot see: data races and the GPU memory model (threads of a block run as one
 //! interleaving, so a missing barrier or fence usually goes unnoticed), coalescing, bank
-//! conflicts, occupancy and real timing, tensor-core instructions and inline PTX, CUDA's own
+//! conflicts, occupancy and real timing, other inline PTX, CUDA's own
 //! math library (glibc's replaces it, last-ulp differences), NVRTC itself (the kernels are
 //! compiled by g++; `tests/cuda_kernels.rs` compiles them with NVRTC), and cuBLASLt's own
 //! kernels. On a real GPU, `scripts/gpu/run.sh` (the suite under compute-sanitizer) stays

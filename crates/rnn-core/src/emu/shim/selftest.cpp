@@ -152,6 +152,35 @@ __global__ void kernel(const Info info, float* out) {
 }
 } // namespace k_dyn
 
+namespace k_cpasync { // cp.async lands at the wait that retires its group, not before
+struct Info { u64 w[96]; };
+// Each thread copies its 4 floats of `x` into shared memory (pre-filled with -1) twice: group
+// 0 into `a`, group 1 into `b`, then 70 more copies of its piece (more than a queue holds) in
+// one group into `c`. What it sees at each stage goes to `out`, 6 values per thread.
+__global__ void kernel(const Info info, const float* __restrict__ x, float* __restrict__ out) {
+    __shared__ __align__(16) float a[64][4], b[64][4], c[64][4];
+    const u32 t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
+    for (int e = 0; e < 4; ++e) a[t][e] = b[t][e] = c[t][e] = -1.0f;
+    cp_async_16(a[t], x + 4 * i);
+    cp_async_commit();
+    cp_async_16(b[t], x + 4 * i);
+    cp_async_commit();
+    float* o = out + 6 * i;
+    o[0] = a[t][0]; // not waited for: still -1
+    cp_async_wait<1>();
+    o[1] = a[t][1]; // group 0 landed
+    o[2] = b[t][2]; // group 1 not yet
+    cp_async_wait<0>();
+    o[3] = b[t][3];
+    for (int r = 0; r < 70; ++r) cp_async_16(c[t], x + 4 * i);
+    o[4] = c[t][0]; // the queue overflowed: its oldest copies landed early, as PTX allows
+    cp_async_commit();
+    cp_async_wait<0>();
+    o[5] = c[t][1];
+    (void)info;
+}
+} // namespace k_cpasync
+
 namespace k_bad { // each info.w[0] selects a faulty behaviour
 struct Info { u64 w[96]; };
 __global__ void kernel(const Info info, u32* out) {
@@ -353,6 +382,22 @@ static void test_dynamic_shared() {
     for (u32 b = 0; b < blocks; ++b)
         for (u32 t = 0; t < threads; ++t) ok &= out[b * threads + t] == (float)((threads - 1 - t) * b);
     CHECK(ok, "dynamic shared memory");
+}
+
+static void test_cp_async() {
+    const unsigned blocks = 3, threads = 64, n = blocks * threads;
+    std::vector<float> x(4 * n), out(6 * n, 0.0f);
+    for (u32 k = 0; k < 4 * n; ++k) x[k] = (float)k;
+    std::string err;
+    int rc = run(k_cpasync::kernel, {}, dims(blocks, threads, 1, 1, 0, 2), &err, x.data(), out.data());
+    CHECK(rc == 0, "%s", err.c_str());
+    bool ok = true;
+    for (u32 i = 0; i < n; ++i) {
+        const float* o = &out[6 * i];
+        const float want[6] = {-1.0f, x[4 * i + 1], -1.0f, x[4 * i + 3], x[4 * i], x[4 * i + 1]};
+        for (int e = 0; e < 6; ++e) ok &= o[e] == want[e];
+    }
+    CHECK(ok, "cp.async copies land when their group is waited for");
 }
 
 static void expect_error(const char* what, u64 mode, rnn_emu::LaunchDims d, const char* needle1, const char* needle2) {
@@ -568,6 +613,7 @@ int main() {
     test_warp();
     test_grid();
     test_dynamic_shared();
+    test_cp_async();
     test_errors();
     if (g_failed) {
         printf("selftest: %d of %d checks FAILED\n", g_failed, g_failed + g_passed);

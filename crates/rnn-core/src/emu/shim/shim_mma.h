@@ -91,8 +91,68 @@ inline void rnn_emu_ldsm(unsigned (&r)[4], const void* row, bool trans) {
 inline void ldsm_x4(unsigned (&r)[4], const void* row) { rnn_emu_ldsm(r, row, false); }
 inline void ldsm_x4_trans(unsigned (&r)[4], const void* row) { rnn_emu_ldsm(r, row, true); }
 
-// cp.async: the copy happens at once, so commit and wait have nothing left to do. (A kernel
-// that reads the data without waiting for it is therefore not caught here.)
-inline void cp_async_16(void* smem, const void* gmem) { std::memcpy(smem, gmem, 16); }
-inline void cp_async_commit() {}
-template <int N> inline void cp_async_wait() {}
+// cp.async: a copy lands as late as PTX allows, when cp.async.wait_group retires its group,
+// so a kernel that reads shared memory before waiting for the copy reads stale data and fails
+// its test. Each emulated thread queues its copies (tagged with the group they were issued
+// in, i.e. the commits before them); a queue left by a thread that exited without waiting is
+// dropped when another block's thread takes its slot. A full queue lands its oldest copy at
+// once, which is also legal.
+struct PendingCopy {
+    void* dst;
+    const void* src;
+    unsigned group;
+};
+
+struct CopyQueue {
+    static const unsigned kMax = 64;
+    const void* call; // the launch and block the queue belongs to
+    uint3 block;
+    unsigned commits, n;
+    PendingCopy c[kMax];
+};
+
+inline CopyQueue& copy_queue() {
+    static thread_local CopyQueue* queues; // one per thread of a block, per OS thread
+    if (!queues) {
+        queues = (CopyQueue*)calloc(rnn_emu::kMaxThreads, sizeof(CopyQueue));
+        if (!queues) abort();
+    }
+    const unsigned lin = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    CopyQueue& q = queues[lin % rnn_emu::kMaxThreads];
+    const void* call = rnn_emu::tl_worker ? rnn_emu::tl_worker->kernel.call : nullptr;
+    if (q.call != call || q.block.x != blockIdx.x || q.block.y != blockIdx.y || q.block.z != blockIdx.z) {
+        q.call = call;
+        q.block = blockIdx;
+        q.commits = q.n = 0;
+    }
+    return q;
+}
+
+// Lands the queued copies that `keep` says not to keep, in issue order.
+template <typename Keep> inline void land(CopyQueue& q, Keep keep) {
+    unsigned kept = 0;
+    for (unsigned i = 0; i < q.n; ++i) {
+        if (keep(q.c[i]))
+            q.c[kept++] = q.c[i];
+        else
+            std::memcpy(q.c[i].dst, q.c[i].src, 16);
+    }
+    q.n = kept;
+}
+
+inline void cp_async_16(void* smem, const void* gmem) {
+    CopyQueue& q = copy_queue();
+    if (q.n == CopyQueue::kMax) {
+        std::memcpy(q.c[0].dst, q.c[0].src, 16);
+        std::memmove(&q.c[0], &q.c[1], (q.n - 1) * sizeof(PendingCopy));
+        --q.n;
+    }
+    q.c[q.n++] = PendingCopy{smem, gmem, q.commits};
+}
+inline void cp_async_commit() { ++copy_queue().commits; }
+// All but the N most recently committed groups land; copies not yet committed stay queued.
+template <int N> inline void cp_async_wait() {
+    CopyQueue& q = copy_queue();
+    const unsigned oldest_kept = q.commits > (unsigned)N ? q.commits - N : 0;
+    land(q, [&](const PendingCopy& c) { return c.group >= oldest_kept; });
+}

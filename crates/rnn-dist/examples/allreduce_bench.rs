@@ -117,32 +117,27 @@ fn sum_nonblocking(world: &SimpleCommunicator, data: &mut [f32]) {
     }
 }
 
-fn raw_nonblocking(sizes: &[usize]) {
-    let universe = mpi::initialize().expect("MPI init");
-    let world = universe.world();
-    for &bytes in sizes {
-        let mut recv = vec![0.0f32; bytes / 4];
-        let step = || sum_nonblocking(&world, &mut recv);
-        let seconds = time_per_call(step, |wish| {
-            let mut most = 0.0f64;
-            world.all_reduce_into(&wish, &mut most, SystemOperation::max());
-            most
-        });
-        if world.rank() == 0 {
-            report("raw-nonblocking", bytes, seconds);
-        }
-    }
+/// How a raw mode calls MPI.
+#[derive(Clone, Copy)]
+enum RawCall {
+    /// `MPI_Allreduce` from a send to a receive buffer.
+    SendRecv,
+    /// `MPI_Allreduce` with `MPI_IN_PLACE`.
+    InPlace,
+    /// `MPI_Iallreduce` in place, polled with `MPI_Test`.
+    Nonblocking,
 }
 
-fn raw(sizes: &[usize], in_place: bool) {
+fn raw(sizes: &[usize], call: RawCall) {
     let universe = mpi::initialize().expect("MPI init");
     let world = universe.world();
     for &bytes in sizes {
         let send = vec![1.0f32; bytes / 4];
         let mut recv = vec![0.0f32; bytes / 4];
-        let step = || match in_place {
-            true => sum_in_place(&world, &mut recv),
-            false => world.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum()),
+        let step = || match call {
+            RawCall::SendRecv => world.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum()),
+            RawCall::InPlace => sum_in_place(&world, &mut recv),
+            RawCall::Nonblocking => sum_nonblocking(&world, &mut recv),
         };
         let seconds = time_per_call(step, |wish| {
             let mut most = 0.0f64;
@@ -150,7 +145,12 @@ fn raw(sizes: &[usize], in_place: bool) {
             most
         });
         if world.rank() == 0 {
-            report(if in_place { "raw-in-place" } else { "raw" }, bytes, seconds);
+            let mode = match call {
+                RawCall::SendRecv => "raw",
+                RawCall::InPlace => "raw-in-place",
+                RawCall::Nonblocking => "raw-nonblocking",
+            };
+            report(mode, bytes, seconds);
         }
     }
 }
@@ -214,9 +214,9 @@ fn agree(g: &ProcessGroup, wish: f64) -> f64 {
 
 fn main() -> rnn_core::Result<()> {
     match std::env::args().nth(1).as_deref() {
-        Some("raw") => raw(&sizes()?, false),
-        Some("raw-in-place") => raw(&sizes()?, true),
-        Some("raw-nonblocking") => raw_nonblocking(&sizes()?),
+        Some("raw") => raw(&sizes()?, RawCall::SendRecv),
+        Some("raw-in-place") => raw(&sizes()?, RawCall::InPlace),
+        Some("raw-nonblocking") => raw(&sizes()?, RawCall::Nonblocking),
         Some("threads") => threads(2, &sizes()?)?,
         Some("group") => group(false, &sizes()?)?,
         Some("group-slice") => group(true, &sizes()?)?,

@@ -124,6 +124,14 @@ impl Buf {
         }
     }
 
+    /// Elements `start..start + len`, as a new buffer.
+    pub(crate) fn slice(&self, start: usize, len: usize) -> Buf {
+        match self {
+            Buf::F32(v) => Buf::F32(v[start..start + len].to_vec()),
+            Buf::F64(v) => Buf::F64(v[start..start + len].to_vec()),
+        }
+    }
+
     /// Keeps the first `len` elements.
     pub(crate) fn truncate(&mut self, len: usize) {
         with_buf!(self, v => v.truncate(len))

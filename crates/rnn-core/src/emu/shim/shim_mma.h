@@ -111,14 +111,21 @@ struct CopyQueue {
     PendingCopy c[kMax];
 };
 
+// The queues of one OS thread (one per thread of the block it runs), freed when it exits:
+// launches of more than two blocks start OS threads of their own.
+struct CopyQueues {
+    CopyQueue* q = nullptr;
+    ~CopyQueues() { free(q); }
+};
+
 inline CopyQueue& copy_queue() {
-    static thread_local CopyQueue* queues; // one per thread of a block, per OS thread
-    if (!queues) {
-        queues = (CopyQueue*)calloc(rnn_emu::kMaxThreads, sizeof(CopyQueue));
-        if (!queues) abort();
+    static thread_local CopyQueues queues;
+    if (!queues.q) {
+        queues.q = (CopyQueue*)calloc(rnn_emu::kMaxThreads, sizeof(CopyQueue));
+        if (!queues.q) abort();
     }
     const unsigned lin = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-    CopyQueue& q = queues[lin % rnn_emu::kMaxThreads];
+    CopyQueue& q = queues.q[lin % rnn_emu::kMaxThreads];
     const void* call = rnn_emu::tl_worker ? rnn_emu::tl_worker->kernel.call : nullptr;
     if (q.call != call || q.block.x != blockIdx.x || q.block.y != blockIdx.y || q.block.z != blockIdx.z) {
         q.call = call;

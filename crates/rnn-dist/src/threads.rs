@@ -203,18 +203,21 @@ fn complete_round(state: &mut State, size: usize) -> Round {
     Round { lo, hi, result: Some(result), own }
 }
 
-/// How many result buffers a rendezvous keeps for reuse: enough for a few bucket sizes
-/// taking turns.
+/// How many result buffers a rendezvous keeps for reuse (enough for a few bucket sizes
+/// taking turns), and how many bytes at most: they stay allocated while the group lives.
 const SPARES: usize = 4;
+const SPARE_BYTES: usize = 512 << 20;
 
 /// Keeps the last round's result buffer as a spare for later sums, once no rank reads it
-/// any more: every rank has deposited again, so each has returned from the last round.
+/// any more: every rank has deposited again, so each has returned from the last round. The
+/// oldest spares go first when there are too many or they hold too much.
 fn reclaim_spare(state: &mut State) {
     if let Some(Ok(Round { result: Some(buf), .. })) = state.last.take().map(Arc::try_unwrap) {
-        if state.spares.len() == SPARES {
+        state.spares.push(buf);
+        let bytes = |spares: &[Buf]| spares.iter().map(|b| b.len() * b.dtype().size_in_bytes()).sum::<usize>();
+        while state.spares.len() > SPARES || bytes(&state.spares) > SPARE_BYTES {
             state.spares.remove(0);
         }
-        state.spares.push(buf);
     }
 }
 

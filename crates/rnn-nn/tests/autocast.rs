@@ -15,8 +15,15 @@ use rnn_testutil::{max_rel_err, values};
 const CPU: Device = Device::Cpu;
 const LOW: [DType; 2] = [DType::BF16, DType::F16];
 
+thread_local! {
+    /// Each test's own seeded generator (tests run on threads of their own), so that a test
+    /// sees the same inputs on every run instead of whatever the global generator gives.
+    static RNG: std::cell::RefCell<rand::rngs::StdRng> = std::cell::RefCell::new(rnn_testutil::rng(7));
+}
+
+/// Standard normal f32 values from this test's generator.
 fn randn(shape: &[usize]) -> Result<Tensor> {
-    Tensor::randn(0.0, 1.0, shape, DType::F32, CPU)
+    RNG.with(|rng| Tensor::randn_with(&mut *rng.borrow_mut(), 0.0, 1.0, shape, DType::F32, CPU))
 }
 
 /// `f` inside a region of `dtype`.

@@ -18,13 +18,14 @@ done
 mpirun -np "$NP" --oversubscribe -x RNN_DIST_CHECKS=0 "$BIN" group >>"$OUT"
 # The in-process group of 2 threads (no MPI), for comparison.
 "$BIN" threads >>"$OUT"
+"$BIN" threads-sync >>"$OUT"
 python3 - "$OUT" <<'PY'
 import sys, collections
 rows = [l.strip().split(",") for l in open(sys.argv[1]) if l.count(",") == 3]
 by = collections.defaultdict(dict)
 for mode, size, sec, gbs in rows:
     by[int(size)][mode] = (float(sec), float(gbs))
-modes = [m for m in ["raw", "raw-in-place", "raw-nonblocking", "group", "group-unchecked", "group-slice", "threads2"] if any(m in v for v in by.values())]
+modes = [m for m in ["raw", "raw-in-place", "raw-nonblocking", "group", "group-unchecked", "group-slice", "threads2", "threads2-sync"] if any(m in v for v in by.values())]
 print("| bytes | " + " | ".join(f"{m} GB/s" for m in modes) + " | " + " | ".join(f"{m}/raw" for m in modes[1:]) + " |")
 print("|" + "---|" * (1 + 2 * len(modes) - 1))
 for size in sorted(by):

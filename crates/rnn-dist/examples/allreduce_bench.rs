@@ -16,8 +16,9 @@
 //! Modes: `raw` (from a send to a receive buffer), `raw-in-place` (`MPI_IN_PLACE`, as the
 //! group's MPI engine calls it), `raw-nonblocking` (`MPI_Iallreduce` in place, polled with
 //! `MPI_Test`), `group` (owning vectors, `all_reduce_vec_async(..).wait()`), `group-slice`
-//! (`all_reduce_slice`, which copies in and out), and `threads` (run without `mpirun`: the
-//! `group` loop on a `ProcessGroup::threads(2)` group in this process).
+//! (`all_reduce_slice`, which copies in and out), and `threads` / `threads-sync` (run without
+//! `mpirun`: the `group` loop on a `ProcessGroup::threads(2)` group in this process, with
+//! `all_reduce_vec_async(..).wait()` / `all_reduce_vec`).
 
 use std::time::Instant;
 
@@ -183,8 +184,9 @@ fn group(slices: bool, sizes: &[usize]) -> rnn_core::Result<()> {
 }
 
 /// The group of `ranks` threads in this process (`ProcessGroup::threads`), each reducing
-/// its own vector as `group` does; rank 0 reports.
-fn threads(ranks: usize, sizes: &[usize]) -> rnn_core::Result<()> {
+/// its own vector as `group` does (`sync`: with the waiting call `all_reduce_vec`, which
+/// runs on the caller's thread when nothing is queued); rank 0 reports.
+fn threads(ranks: usize, sync: bool, sizes: &[usize]) -> rnn_core::Result<()> {
     let groups = ProcessGroup::threads(ranks)?;
     std::thread::scope(|s| {
         for g in groups {
@@ -193,11 +195,15 @@ fn threads(ranks: usize, sizes: &[usize]) -> rnn_core::Result<()> {
                     let mut data = Some(vec![1.0f32; bytes / 4]);
                     let step = || {
                         let v = data.take().unwrap_or_default();
-                        data = Some(g.all_reduce_vec_async(v, ReduceOp::Sum).wait().expect("all_reduce"));
+                        let reduced = match sync {
+                            true => g.all_reduce_vec(v, ReduceOp::Sum),
+                            false => g.all_reduce_vec_async(v, ReduceOp::Sum).wait(),
+                        };
+                        data = Some(reduced.expect("all_reduce"));
                     };
                     let seconds = time_per_call(step, |wish| agree(&g, wish));
                     if g.is_main() {
-                        report(&format!("threads{ranks}"), bytes, seconds);
+                        report(&format!("threads{ranks}{}", if sync { "-sync" } else { "" }), bytes, seconds);
                     }
                 }
             });
@@ -217,12 +223,13 @@ fn main() -> rnn_core::Result<()> {
         Some("raw") => raw(&sizes()?, RawCall::SendRecv),
         Some("raw-in-place") => raw(&sizes()?, RawCall::InPlace),
         Some("raw-nonblocking") => raw(&sizes()?, RawCall::Nonblocking),
-        Some("threads") => threads(2, &sizes()?)?,
+        Some("threads") => threads(2, false, &sizes()?)?,
+        Some("threads-sync") => threads(2, true, &sizes()?)?,
         Some("group") => group(false, &sizes()?)?,
         Some("group-slice") => group(true, &sizes()?)?,
         _ => eprintln!(
             "usage: mpirun -np 2 allreduce_bench raw|raw-in-place|raw-nonblocking|group|group-slice [bytes,bytes,..] \
-             (RNN_DIST_CHECKS=0: unchecked), or allreduce_bench threads [bytes,..] without mpirun"
+             (RNN_DIST_CHECKS=0: unchecked), or allreduce_bench threads|threads-sync [bytes,..] without mpirun"
         ),
     }
     Ok(())

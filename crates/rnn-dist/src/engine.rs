@@ -1,7 +1,8 @@
 //! The engines that carry out collectives: one per backend, each owning its rank's side of
-//! the communication. An engine runs on one thread at a time (the group's communication
-//! thread, or the caller's for the one-process group), so MPI needs no more than
-//! `MPI_THREAD_FUNNELED`.
+//! the communication. An engine runs on one thread at a time: the group's communication
+//! thread, or the caller's for the one-process group and for a thread group's synchronous
+//! calls with nothing queued. MPI's engine runs on its communication thread alone, so MPI
+//! needs no more than `MPI_THREAD_FUNNELED`.
 
 use rnn_core::Result;
 

@@ -105,10 +105,8 @@ impl ProcessGroup {
         (0..n)
             .map(|rank| {
                 let shared = Shared::new(timeout);
-                let engine = ThreadEngine { rendezvous: rendezvous.clone(), rank };
-                let executor = Executor::spawn(format!("rnn-dist-rank{rank}"), shared.clone(), move || {
-                    Ok(Box::new(engine) as Box<dyn crate::engine::Engine>)
-                })?;
+                let engine = Box::new(ThreadEngine { rendezvous: rendezvous.clone(), rank });
+                let executor = Executor::spawn_direct(format!("rnn-dist-rank{rank}"), shared.clone(), engine)?;
                 let inner = Inner::new(rank, n, Backend::Threads, shared, executor, Some(rendezvous.clone()));
                 Ok(Self::from_inner(inner))
             })
@@ -225,6 +223,20 @@ impl ProcessGroup {
         Work::new(slot, self.inner.shared.clone(), op, finish)
     }
 
+    /// Runs a collective for a caller that waits for it: on the caller's thread where the
+    /// group allows (a thread group with nothing queued: no hand-off to the communication
+    /// thread and back), else queued and waited for.
+    pub(crate) fn run_sync<T>(
+        &self,
+        call: Call,
+        finish: impl FnOnce(Option<Buf>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        match self.inner.executor.run_now(&self.inner.shared, call) {
+            Ok(outcome) => finish(outcome?),
+            Err(call) => self.submit(call, finish).wait(),
+        }
+    }
+
     /// The invalid-argument message for `collective` on a buffer of `len` elements, if any.
     pub(crate) fn check_args(&self, collective: Collective, len: usize) -> Option<String> {
         let n = self.world_size();
@@ -251,36 +263,42 @@ impl ProcessGroup {
         self.submit(self.call(Collective::AllReduce(op), data), unwrap_vec::<T>)
     }
 
+    /// The all_reduce of `data`: the reduced vector (in `data`'s own buffer where the group
+    /// can reuse it).
+    pub fn all_reduce_vec<T: CommElem>(&self, data: Vec<T>, op: ReduceOp) -> Result<Vec<T>> {
+        self.run_sync(self.call(Collective::AllReduce(op), data), unwrap_vec::<T>)
+    }
+
     /// Reduces `data` over all ranks in place: afterwards every rank holds the element-wise
     /// sum (or mean).
     pub fn all_reduce_slice<T: CommElem>(&self, data: &mut [T], op: ReduceOp) -> Result<()> {
-        let reduced = self.all_reduce_vec_async(data.to_vec(), op).wait()?;
+        let reduced = self.all_reduce_vec(data.to_vec(), op)?;
         data.copy_from_slice(&reduced);
         Ok(())
     }
 
     /// Replaces `data` with rank `root`'s `data` (every rank gives the same length).
     pub fn broadcast_slice<T: CommElem>(&self, data: &mut [T], root: usize) -> Result<()> {
-        let received = self.submit(self.call(Collective::Broadcast { root }, data.to_vec()), unwrap_vec::<T>).wait()?;
+        let received = self.run_sync(self.call(Collective::Broadcast { root }, data.to_vec()), unwrap_vec::<T>)?;
         data.copy_from_slice(&received);
         Ok(())
     }
 
     /// Every rank's `data` (same length everywhere), concatenated in rank order.
     pub fn all_gather_slice<T: CommElem>(&self, data: &[T]) -> Result<Vec<T>> {
-        self.submit(self.call(Collective::AllGather, data.to_vec()), unwrap_vec::<T>).wait()
+        self.run_sync(self.call(Collective::AllGather, data.to_vec()), unwrap_vec::<T>)
     }
 
     /// Reduces `data` (whose length divides evenly among the ranks) over all ranks and
     /// returns this rank's chunk of the result: elements `rank * len / n ..`.
     pub fn reduce_scatter_slice<T: CommElem>(&self, data: &[T], op: ReduceOp) -> Result<Vec<T>> {
-        self.submit(self.call(Collective::ReduceScatter(op), data.to_vec()), unwrap_vec::<T>).wait()
+        self.run_sync(self.call(Collective::ReduceScatter(op), data.to_vec()), unwrap_vec::<T>)
     }
 
     /// Returns once every rank has called `barrier`.
     pub fn barrier(&self) -> Result<()> {
         let call = Call { collective: Collective::Barrier, buf: None, invalid: None };
-        self.submit(call, |_| Ok(())).wait()
+        self.run_sync(call, |_| Ok(()))
     }
 
     // ---- tensors (CPU, wgpu and CUDA; f32 and f64) ----
@@ -294,12 +312,12 @@ impl ProcessGroup {
 
     /// The sum (or mean) of `tensor` over all ranks, same shape, same device.
     pub fn all_reduce(&self, tensor: &Tensor, op: ReduceOp) -> Result<Tensor> {
-        self.all_reduce_async(tensor, op).wait()
+        self.tensor_collective_sync(tensor, Collective::AllReduce(op), tensor.shape().clone())
     }
 
     /// Rank `root`'s `tensor` (every rank gives one of the same shape and dtype).
     pub fn broadcast(&self, tensor: &Tensor, root: usize) -> Result<Tensor> {
-        self.tensor_collective(tensor, Collective::Broadcast { root }, tensor.shape().clone()).wait()
+        self.tensor_collective_sync(tensor, Collective::Broadcast { root }, tensor.shape().clone())
     }
 
     /// Every rank's `tensor` (same shape everywhere) concatenated along dim 0 in rank order:
@@ -310,7 +328,7 @@ impl ProcessGroup {
             Some(d0) => *d0 *= self.world_size(),
             None => dims.push(self.world_size()),
         }
-        self.tensor_collective(tensor, Collective::AllGather, Shape::from(dims)).wait()
+        self.tensor_collective_sync(tensor, Collective::AllGather, Shape::from(dims))
     }
 
     /// The sum (or mean) over ranks of `tensor`, whose dim 0 divides evenly among the ranks,
@@ -330,8 +348,8 @@ impl ProcessGroup {
             }
         };
         match invalid {
-            Some(msg) => self.submit(Call { collective, buf: None, invalid: Some(msg) }, unwrap_tensor_never).wait(),
-            None => self.tensor_collective(tensor, collective, Shape::from(dims)).wait(),
+            Some(msg) => self.run_sync(Call { collective, buf: None, invalid: Some(msg) }, unwrap_tensor_never),
+            None => self.tensor_collective_sync(tensor, collective, Shape::from(dims)),
         }
     }
 
@@ -342,6 +360,28 @@ impl ProcessGroup {
         if let Some(work) = crate::nccl_engine::try_tensor_collective(self, tensor, collective, &out_shape) {
             return work;
         }
+        let (call, finish) = self.host_call(tensor, collective, out_shape);
+        self.submit(call, finish)
+    }
+
+    /// `tensor_collective` for a caller that waits for it (see `run_sync`).
+    fn tensor_collective_sync(&self, tensor: &Tensor, collective: Collective, out_shape: Shape) -> Result<Tensor> {
+        #[cfg(feature = "nccl")]
+        if let Some(work) = crate::nccl_engine::try_tensor_collective(self, tensor, collective, &out_shape) {
+            return work.wait();
+        }
+        let (call, finish) = self.host_call(tensor, collective, out_shape);
+        self.run_sync(call, finish)
+    }
+
+    /// The call of `collective` on `tensor` staged to the host, and what turns its result
+    /// into a tensor of `out_shape` on the tensor's device.
+    fn host_call(
+        &self,
+        tensor: &Tensor,
+        collective: Collective,
+        out_shape: Shape,
+    ) -> (Call, impl FnOnce(Option<Buf>) -> Result<Tensor> + Send + 'static) {
         let device = tensor.device();
         let call = match host_buf(tensor) {
             Ok(buf) => {
@@ -350,13 +390,14 @@ impl ProcessGroup {
             }
             Err(e) => Call { collective, buf: None, invalid: Some(e.to_string()) },
         };
-        self.submit(call, move |buf| {
+        let finish = move |buf: Option<Buf>| {
             let buf = buf.ok_or_else(|| Error::Msg("collective returned no data".into()))?;
             match buf {
                 Buf::F32(v) => Tensor::from_vec(v, out_shape, device),
                 Buf::F64(v) => Tensor::from_vec(v, out_shape, device),
             }
-        })
+        };
+        (call, finish)
     }
 }
 

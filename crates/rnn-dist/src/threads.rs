@@ -46,7 +46,12 @@ struct State {
     broken: Option<String>,
 }
 
+/// How long a rank polls for the round to complete before it sleeps.
+const SPIN: Duration = Duration::from_micros(50);
+
 pub(crate) struct Rendezvous {
+    /// `State::completed`, readable without the lock.
+    rounds: AtomicU64,
     size: usize,
     state: Mutex<State>,
     changed: Condvar,
@@ -62,7 +67,13 @@ impl Rendezvous {
             ..State::default()
         };
         let timeout_ms = Arc::new(AtomicU64::new(timeout.as_millis() as u64));
-        Arc::new(Rendezvous { size, state: Mutex::new(state), changed: Condvar::new(), timeout_ms })
+        Arc::new(Rendezvous {
+            rounds: AtomicU64::new(0),
+            size,
+            state: Mutex::new(state),
+            changed: Condvar::new(),
+            timeout_ms,
+        })
     }
 
     /// Sets how long a rank waits for the others (every rank of the rendezvous).
@@ -123,10 +134,16 @@ impl ThreadEngine {
             let done = Arc::new(complete_round(&mut state, rv.size));
             state.last = Some(done.clone());
             state.completed += 1;
+            rv.rounds.store(state.completed, Ordering::Release);
             rv.changed.notify_all();
             return Ok(done);
         }
         let started = Instant::now();
+        drop(state);
+        while rv.rounds.load(Ordering::Acquire) <= round && started.elapsed() < SPIN {
+            std::thread::yield_now();
+        }
+        let mut state = lock(&rv.state);
         loop {
             if state.completed > round {
                 return Ok(state.last.clone().expect("a completed round is stored"));

@@ -1,12 +1,15 @@
 //! The communication thread of a rank and the handles of the collectives it runs.
 //!
 //! Every collective of a group goes through one queue, in the order the rank issued them, to
-//! one thread that owns the engine (for MPI: the only thread that calls MPI). A caller waits
+//! one thread that owns the engine (for MPI: the only thread that calls MPI). The exception:
+//! in a thread group, a call whose caller waits for it and finds nothing queued runs on the
+//! caller's own thread (`Executor::run_now`), which saves the two thread wake-ups of the
+//! hand-off; the rendezvous it waits in has the group's timeout. A caller waits
 //! for its result with a deadline: if the running collective takes longer than the group's
 //! timeout (another rank failed, died or never came), the caller gets an error and the group
 //! is marked broken, even though the communication thread itself may stay blocked inside MPI.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -29,6 +32,10 @@ pub(crate) struct Slot {
 impl Slot {
     pub(crate) fn filled(outcome: Outcome) -> Arc<Slot> {
         Arc::new(Slot { outcome: Mutex::new(Some(outcome)), ready: Condvar::new() })
+    }
+    /// The outcome of a filled slot.
+    fn take(&self) -> Outcome {
+        lock(&self.outcome).take().unwrap_or_else(|| Err(Error::Msg("internal: collective outcome taken twice".into())))
     }
     fn fill(&self, outcome: Outcome) {
         *lock(&self.outcome) = Some(outcome);
@@ -94,14 +101,26 @@ pub(crate) struct Job {
 pub(crate) enum Executor {
     /// On the caller's thread (the one-process group: nothing to wait for).
     Inline(Mutex<Box<dyn Engine + Send>>),
-    /// On the rank's communication thread.
-    Thread { jobs: Mutex<Option<Sender<Job>>>, thread: Mutex<Option<JoinHandle<()>>> },
+    /// On the rank's communication thread; with `direct`, a synchronous call finding nothing
+    /// queued runs on the caller's thread instead.
+    Thread { jobs: Mutex<Option<Sender<Job>>>, thread: Mutex<Option<JoinHandle<()>>>, direct: Option<Direct> },
+}
+
+/// The engine of a rank whose collectives may also run on the caller's thread: engines that
+/// wait with a deadline of their own (the thread group's rendezvous), so a caller never
+/// blocks past the timeout. MPI's engine is not one: MPI is called by its thread alone.
+pub(crate) struct Direct {
+    engine: Arc<Mutex<Box<dyn Engine + Send>>>,
+    /// Collectives submitted to the communication thread and not yet finished: a direct run
+    /// must not overtake them.
+    queued: Arc<AtomicUsize>,
 }
 
 impl Executor {
     /// Starts the communication thread; `make_engine` runs on it (MPI is initialized by the
     /// thread that will call it). Fails if the thread cannot start or the engine cannot be
     /// made.
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
     pub(crate) fn spawn<F>(name: String, shared: Arc<Shared>, make_engine: F) -> Result<Executor>
     where
         F: FnOnce() -> Result<Box<dyn Engine>> + Send + 'static,
@@ -117,10 +136,7 @@ impl Executor {
                     Err(e) => return drop(started.send(Err(e))),
                 };
                 drop(started.send(Ok(())));
-                for job in queue {
-                    let outcome = run_job(&shared, engine.as_mut(), job.call);
-                    job.slot.fill(outcome);
-                }
+                serve(queue, None, |call| run_job(&shared, engine.as_mut(), call));
             })
             .map_err(|e| Error::Msg(format!("cannot start the communication thread: {e}")))?;
         match start_result.recv() {
@@ -128,7 +144,25 @@ impl Executor {
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err(Error::Msg("the communication thread ended while starting".into())),
         }
-        Ok(Executor::Thread { jobs: Mutex::new(Some(jobs)), thread: Mutex::new(Some(thread)) })
+        Ok(Executor::Thread { jobs: Mutex::new(Some(jobs)), thread: Mutex::new(Some(thread)), direct: None })
+    }
+
+    /// Starts the communication thread of `engine`, which synchronous calls may also run on
+    /// their own thread (see `Direct`).
+    pub(crate) fn spawn_direct(name: String, shared: Arc<Shared>, engine: Box<dyn Engine + Send>) -> Result<Executor> {
+        let engine = Arc::new(Mutex::new(engine));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let (thread_engine, thread_queued) = (engine.clone(), queued.clone());
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                let _alive = AliveGuard(shared.clone());
+                serve(queue, Some(thread_queued), |call| run_job(&shared, lock(&thread_engine).as_mut(), call));
+            })
+            .map_err(|e| Error::Msg(format!("cannot start the communication thread: {e}")))?;
+        let direct = Some(Direct { engine, queued });
+        Ok(Executor::Thread { jobs: Mutex::new(Some(jobs)), thread: Mutex::new(Some(thread)), direct })
     }
 
     /// Queues `call` (or runs it, inline) and returns the slot its outcome lands in.
@@ -138,11 +172,17 @@ impl Executor {
         }
         match self {
             Executor::Inline(engine) => Slot::filled(lock(engine).run(call)),
-            Executor::Thread { jobs, .. } => {
+            Executor::Thread { jobs, direct, .. } => {
                 let slot = Arc::new(Slot::default());
                 let job = Job { call, slot: slot.clone() };
+                if let Some(d) = direct {
+                    d.queued.fetch_add(1, Ordering::SeqCst);
+                }
                 let sent = lock(jobs).as_ref().map(|tx| tx.send(job));
                 if !matches!(sent, Some(Ok(()))) {
+                    if let Some(d) = direct {
+                        d.queued.fetch_sub(1, Ordering::SeqCst);
+                    }
                     slot.fill(Err(Error::Msg("the group's communication thread has ended".into())));
                 }
                 slot
@@ -150,17 +190,48 @@ impl Executor {
         }
     }
 
+    /// Runs `call` on the caller's thread when this executor may (inline, or a direct engine
+    /// with nothing queued before it) and returns its outcome; otherwise gives `call` back,
+    /// to be submitted.
+    pub(crate) fn run_now(&self, shared: &Shared, call: Call) -> std::result::Result<Outcome, Call> {
+        match self {
+            Executor::Inline(_) => Ok(self.submit(shared, call).take()),
+            Executor::Thread { direct: Some(d), .. } if d.queued.load(Ordering::SeqCst) == 0 => {
+                let mut engine = lock(&d.engine);
+                // Checked again under the lock: a call queued meanwhile from another thread
+                // of this rank goes first.
+                if d.queued.load(Ordering::SeqCst) != 0 {
+                    return Err(call);
+                }
+                Ok(run_job(shared, engine.as_mut(), call))
+            }
+            Executor::Thread { .. } => Err(call),
+        }
+    }
+
     /// Ends the communication thread after the queued collectives, unless the group is
     /// broken: then the thread may be blocked in a collective that will never complete, and
     /// is left behind (the process is expected to exit with the error).
     pub(crate) fn shut_down(&self, shared: &Shared) {
-        if let Executor::Thread { jobs, thread } = self {
+        if let Executor::Thread { jobs, thread, .. } = self {
             lock(jobs).take();
             let handle = lock(thread).take();
             if let Some(handle) = handle.filter(|_| shared.broken().is_none()) {
                 drop(handle.join());
             }
         }
+    }
+}
+
+/// The communication thread's loop: runs the queued calls in order until the queue closes,
+/// counting each down from `queued` before its caller sees the outcome.
+fn serve(queue: mpsc::Receiver<Job>, queued: Option<Arc<AtomicUsize>>, mut run: impl FnMut(Call) -> Outcome) {
+    for job in queue {
+        let outcome = run(job.call);
+        if let Some(q) = &queued {
+            q.fetch_sub(1, Ordering::SeqCst);
+        }
+        job.slot.fill(outcome);
     }
 }
 

@@ -67,6 +67,26 @@ fn thread_group_reductions_reuse_the_ranks_buffers() -> Result<()> {
     }))
 }
 
+/// A waiting call issued while an earlier asynchronous one is still queued runs after it
+/// (it goes through the queue, not the caller's thread), and one issued with nothing queued
+/// runs at once; every rank sees both results in issue order.
+#[test]
+fn waiting_calls_keep_their_place_behind_queued_ones() -> Result<()> {
+    all_ok(on_threads(3, |g| {
+        let r = g.rank() as f64;
+        for round in 0..20 {
+            let first = g.all_reduce_vec_async(vec![r; 5], ReduceOp::Sum);
+            let second = g.all_reduce_vec(vec![10.0 * r + round as f64; 3], ReduceOp::Sum)?;
+            assert_eq!(first.wait()?, vec![3.0; 5], "rank {} round {round}", g.rank());
+            assert_eq!(second, vec![30.0 + 3.0 * round as f64; 3], "rank {} round {round}", g.rank());
+            let mut alone = [r + 1.0; 2];
+            g.all_reduce_slice(&mut alone, ReduceOp::Mean)?;
+            assert_eq!(alone, [2.0; 2]);
+        }
+        Ok(())
+    }))
+}
+
 #[test]
 fn the_single_group_passes_the_suite_and_rejects_other_roots() -> Result<()> {
     let g = ProcessGroup::single();

@@ -79,14 +79,11 @@ fn compile(arch: &str, name: &str, source: &str) -> Option<String> {
         }),
         _ => rnn_core::cuda::compile_cubin_for_check(source, arch).map(|cubin| (cubin, None)),
     };
-    let compiled = match compiled {
-        Ok((_, Some(spill))) => return Some(format!("{name} ({arch}) spills registers: {spill}")),
-        other => other.map(|(cubin, _)| cubin),
-    };
     match compiled {
-        Ok(cubin) if !rnn_core::cuda::is_cubin(&cubin) => Some(format!("{name} ({arch}): not an ELF image")),
+        Ok((_, Some(spill))) => Some(format!("{name} ({arch}) spills registers: {spill}")),
+        Ok((cubin, None)) if !rnn_core::cuda::is_cubin(&cubin) => Some(format!("{name} ({arch}): not an ELF image")),
         // The code of `kernel` is in the section `.text.kernel`.
-        Ok(cubin) if cubin.windows(13).any(|w| w == b".text.kernel\0") => None,
+        Ok((cubin, None)) if cubin.windows(13).any(|w| w == b".text.kernel\0") => None,
         Ok(_) => Some(format!("{name} ({arch}): no `kernel` in the CUBIN")),
         Err(e) => Some(format!("{name} ({arch}): {e}")),
     }

@@ -33,8 +33,6 @@ struct Round {
 
 #[derive(Default)]
 struct State {
-    /// Rounds completed so far; a rank's deposit belongs to round `completed`.
-    completed: u64,
     headers: Vec<Option<Header>>,
     calls: Vec<Option<Call>>,
     /// The last completed round.
@@ -50,7 +48,8 @@ struct State {
 const SPIN: Duration = Duration::from_micros(50);
 
 pub(crate) struct Rendezvous {
-    /// `State::completed`, readable without the lock.
+    /// Rounds completed so far (a rank's deposit belongs to round `rounds`): written under
+    /// the state's lock, read without it by ranks polling for their round.
     rounds: AtomicU64,
     size: usize,
     state: Mutex<State>,
@@ -127,14 +126,13 @@ impl ThreadEngine {
         if let Some(why) = &state.broken {
             return Err(Error::invalid(op, format!("the process group is broken by an earlier failure: {why}")));
         }
-        let round = state.completed;
+        let round = rv.rounds.load(Ordering::Acquire);
         state.headers[self.rank] = Some(header);
         state.calls[self.rank] = Some(call);
         if state.headers.iter().all(Option::is_some) {
             let done = Arc::new(complete_round(&mut state, rv.size));
             state.last = Some(done.clone());
-            state.completed += 1;
-            rv.rounds.store(state.completed, Ordering::Release);
+            rv.rounds.fetch_add(1, Ordering::Release);
             rv.changed.notify_all();
             return Ok(done);
         }
@@ -145,7 +143,7 @@ impl ThreadEngine {
         }
         let mut state = lock(&rv.state);
         loop {
-            if state.completed > round {
+            if rv.rounds.load(Ordering::Acquire) > round {
                 return Ok(state.last.clone().expect("a completed round is stored"));
             }
             if let Some(why) = &state.broken {

@@ -127,18 +127,15 @@ impl Executor {
     {
         let (jobs, queue) = mpsc::channel::<Job>();
         let (started, start_result) = mpsc::channel::<Result<()>>();
-        let thread = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || {
-                let _alive = AliveGuard(shared.clone());
-                let mut engine = match make_engine() {
-                    Ok(engine) => engine,
-                    Err(e) => return drop(started.send(Err(e))),
-                };
-                drop(started.send(Ok(())));
-                serve(queue, None, |call| run_job(&shared, engine.as_mut(), call));
-            })
-            .map_err(|e| Error::Msg(format!("cannot start the communication thread: {e}")))?;
+        let thread = start_thread(name, move || {
+            let _alive = AliveGuard(shared.clone());
+            let mut engine = match make_engine() {
+                Ok(engine) => engine,
+                Err(e) => return drop(started.send(Err(e))),
+            };
+            drop(started.send(Ok(())));
+            serve(queue, None, |call| run_job(&shared, engine.as_mut(), call));
+        })?;
         match start_result.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(e),
@@ -154,13 +151,10 @@ impl Executor {
         let queued = Arc::new(AtomicUsize::new(0));
         let (jobs, queue) = mpsc::channel::<Job>();
         let (thread_engine, thread_queued) = (engine.clone(), queued.clone());
-        let thread = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || {
-                let _alive = AliveGuard(shared.clone());
-                serve(queue, Some(thread_queued), |call| run_job(&shared, lock(&thread_engine).as_mut(), call));
-            })
-            .map_err(|e| Error::Msg(format!("cannot start the communication thread: {e}")))?;
+        let thread = start_thread(name, move || {
+            let _alive = AliveGuard(shared.clone());
+            serve(queue, Some(thread_queued), |call| run_job(&shared, lock(&thread_engine).as_mut(), call));
+        })?;
         let direct = Some(Direct { engine, queued });
         Ok(Executor::Thread { jobs: Mutex::new(Some(jobs)), thread: Mutex::new(Some(thread)), direct })
     }
@@ -221,6 +215,14 @@ impl Executor {
             }
         }
     }
+}
+
+/// Starts a rank's communication thread named `name`, running `body`.
+fn start_thread(name: String, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(body)
+        .map_err(|e| Error::Msg(format!("cannot start the communication thread: {e}")))
 }
 
 /// The communication thread's loop: runs the queued calls in order until the queue closes,

@@ -7,7 +7,7 @@ FLOPs are counted as FlashAttention-2's paper counts them: the forward is two N 
 products per (batch, head), 4 * B * H * N^2 * D, halved for a causal mask; the backward
 is 2.5 times the forward. Timing: 3 warm-up calls, then >= 0.5 s and >= 5 calls, median,
 every call synchronized. Records are JSON (`--json`) as bench/compare.py reads them:
-attention_{fwd,bwd}_n{N}_d{D}_{causal,full}, metric TFLOP/s (bwd: the backward alone,
+attention_{fwd,bwd,bwd_atomic}_n{N}_d{D}_{causal,full}, metric TFLOP/s (bwd: the backward alone,
 forward + backward time minus forward time).
 
 `--device cpu --small` runs the same code on the CPU at N in {128, 256} with the math
@@ -80,6 +80,9 @@ def main():
                     tag = f"n{n}_d{d}_{'causal' if causal else 'full'}"
                     records.append({"name": f"attention_fwd_{tag}", "metric": "TFLOP/s", "value": fwd_tf})
                     records.append({"name": f"attention_bwd_{tag}", "metric": "TFLOP/s", "value": bwd_tf})
+                    # flash's backward adds dq with atomics, as rnn's optional atomic-dq
+                    # backward (`rnn bench attention` times both): the same reference.
+                    records.append({"name": f"attention_bwd_atomic_{tag}", "metric": "TFLOP/s", "value": bwd_tf})
                     if not args.json:
                         print(f"{tag:24} fwd {fwd * 1e3:9.3f} ms {fwd_tf:7.2f} TFLOP/s   "
                               f"bwd {bwd * 1e3:9.3f} ms {bwd_tf:7.2f} TFLOP/s")

@@ -4,7 +4,8 @@
 //! H = 8, N in 1024 / 4096 / 16384, D in 64 / 128, causal and not.
 //!
 //! FLOPs as FlashAttention-2's paper counts them: the forward is `4 B H N² D`, halved by a
-//! causal mask; the backward 2.5 forwards, timed as forward + backward minus forward. Every
+//! causal mask; the backward 2.5 forwards, timed as forward + backward minus forward (on
+//! CUDA twice: the deterministic two-pass backward, and the one with atomic dq). Every
 //! call ends with a device synchronize. CUDA runs bf16 (the goal's dtype); wgpu has no bf16
 //! and runs f32.
 
@@ -60,18 +61,25 @@ pub fn run(sizes: &GpuAttentionSizes, device: Device, out: &mut dyn Write) -> Cl
     for &d in sizes.head_dims {
         for &n in &sizes.lengths {
             for causal in [false, true] {
-                let (fwd, bwd) = measure([BATCH, HEADS, n, d], causal, dtype, device, sizes.timing)?;
+                let times = measure([BATCH, HEADS, n, d], causal, dtype, device, sizes.timing)?;
                 let flops = crate::bench_attention::forward_flops([BATCH, HEADS, n, d], causal);
-                let (fwd_tf, bwd_tf) = (flops / fwd / 1e12, 2.5 * flops / bwd / 1e12);
+                let (fwd_tf, bwd_tf) = (flops / times.fwd / 1e12, 2.5 * flops / times.bwd / 1e12);
                 let tag = format!("n{n}_d{d}_{}", if causal { "causal" } else { "full" });
-                writeln!(
+                write!(
                     out,
                     "{tag:24} fwd {:9.3} ms {fwd_tf:8.3} TFLOP/s   bwd {:9.3} ms {bwd_tf:8.3} TFLOP/s",
-                    fwd * 1e3,
-                    bwd * 1e3
+                    times.fwd * 1e3,
+                    times.bwd * 1e3
                 )?;
+                let mut values = vec![("fwd", fwd_tf), ("bwd", bwd_tf)];
+                if let Some(atomic) = times.bwd_atomic {
+                    let tf = 2.5 * flops / atomic / 1e12;
+                    write!(out, "   bwd atomic dq {:9.3} ms {tf:8.3} TFLOP/s", atomic * 1e3)?;
+                    values.push(("bwd_atomic", tf));
+                }
+                writeln!(out)?;
                 out.flush()?;
-                for (pass, value) in [("fwd", fwd_tf), ("bwd", bwd_tf)] {
+                for (pass, value) in values {
                     let name = format!("attention_{pass}_{tag}");
                     let threads = rayon::current_num_threads();
                     records.push(Record {
@@ -89,14 +97,16 @@ pub fn run(sizes: &GpuAttentionSizes, device: Device, out: &mut dyn Write) -> Cl
     Ok(records)
 }
 
-/// Median seconds of the forward and of the backward (forward + backward minus forward).
-fn measure(
-    dims: [usize; 4],
-    causal: bool,
-    dtype: DType,
-    device: Device,
-    timing: TimingConfig,
-) -> CliResult<(f64, f64)> {
+/// Median seconds of one shape's passes.
+struct Times {
+    fwd: f64,
+    /// The backward (forward + backward minus forward), deterministic two-pass on CUDA.
+    bwd: f64,
+    /// On CUDA, the backward that adds dq with atomics (`rnn::set_attention_atomic_dq`).
+    bwd_atomic: Option<f64>,
+}
+
+fn measure(dims: [usize; 4], causal: bool, dtype: DType, device: Device, timing: TimingConfig) -> CliResult<Times> {
     let randn = || Tensor::randn(0.0, 1.0, &dims[..], DType::F32, Device::Cpu)?.to_dtype(dtype)?.to_device(device);
     let (q, k, v, grad) = (randn()?, randn()?, randn()?, randn()?);
     let mask = if causal { AttentionMask::causal() } else { AttentionMask::none() };
@@ -114,6 +124,14 @@ fn measure(
         device.synchronize()
     };
     let fwd = time_call(timing, forward)?.median_seconds;
-    let total = time_call(timing, both)?.median_seconds;
-    Ok((fwd, (total - fwd).max(1e-12)))
+    let backward = |atomic_dq: bool| -> CliResult<f64> {
+        let before = rnn::attention_atomic_dq();
+        rnn::set_attention_atomic_dq(atomic_dq);
+        let total = time_call(timing, both);
+        rnn::set_attention_atomic_dq(before);
+        Ok((total?.median_seconds - fwd).max(1e-12))
+    };
+    let bwd = backward(false)?;
+    let bwd_atomic = if matches!(device, Device::Cuda(_)) { Some(backward(true)?) } else { None };
+    Ok(Times { fwd, bwd, bwd_atomic })
 }

@@ -4,7 +4,8 @@
 //! broadcast and full, combinations), shapes around the kernels' tile sizes, Nq != Nk,
 //! D != Dv, strided inputs, and every float dtype the device has. Then a finite-difference
 //! gradient check, PyTorch fixtures (`golden/attention.json`), NaN / inf propagation, empty
-//! tensors and the errors of bad input.
+//! tensors and the errors of bad input. The 16-bit cases run again with the CUDA backward
+//! that adds dq with atomics switched on.
 
 #[path = "attention/reference.rs"]
 mod reference;
@@ -260,6 +261,28 @@ fn matches_reference(device: Device) -> Result<()> {
     Ok(())
 }
 test_device!(matches_reference_test, matches_reference);
+
+/// The same cases in f16 / bf16 with `set_attention_atomic_dq(true)`: on CUDA the single-pass
+/// backward that adds dq with atomics; other devices ignore the switch. Tests running beside
+/// this one may take that backward too while it is on; they check against the same
+/// references, so they hold either way.
+fn atomic_dq_matches_reference(device: Device) -> Result<()> {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            rnn_core::set_attention_atomic_dq(self.0);
+        }
+    }
+    let _restore = Restore(rnn_core::attention_atomic_dq());
+    rnn_core::set_attention_atomic_dq(true);
+    for c in cases() {
+        for dtype in floats(device).into_iter().filter(|d| matches!(d, DType::F16 | DType::BF16)) {
+            run_case(&c, dtype, device)?;
+        }
+    }
+    Ok(())
+}
+test_device!(atomic_dq_matches_reference_test, atomic_dq_matches_reference);
 
 /// Finite differences of q, k, v and a broadcast bias under a causal + padding mask (f64 on
 /// the CPU; f32 against those gradients on a GPU).

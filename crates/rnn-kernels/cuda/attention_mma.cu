@@ -12,6 +12,12 @@
 //     S = Q K^T, P from the saved lse, dP = dO V^T, dS = P (dP - delta), dQ += dS K.
 //   PASS 2, backward dk / dv (and the bias gradient): ROWS keys, query tiles of COLS:
 //     S^T = K Q^T, dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
+//   Atomic dq (PASS 3, 4, 5; `AttentionBackwardMode::AtomicDq`): FlashAttention-2's one pass
+//     over the scores. PASS 3 writes delta and zeroes an f32 dq accumulator; PASS 4 is PASS 2
+//     that also writes its dS tile to shared memory and adds dS K to the accumulator with
+//     atomics; PASS 5 scales the accumulator into dq. Five tile products instead of the two
+//     passes' seven, at the price of an f32 scratch buffer and a dq whose rounding depends on
+//     the order of the atomic adds.
 // P and dS are rounded to T for their products, as FlashAttention does. The column tiles
 // are double-buffered: cp.async copies of tile t + 1 run while tile t is multiplied. Tiles
 // that no mask reaches skip the per-element checks; under the causal mask, a warp skips the
@@ -401,8 +407,56 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 }
 #endif
 
-#if PASS == 2 && MMA
+#if (PASS == 2 || PASS == 4) && MMA
 #define STILES (COLS / 8)
+#define DQ_ATOMIC (PASS == 4)
+#if DQ_ATOMIC
+// The dq product's split of the work: warp w takes the 16 queries of group w % QGROUPS and
+// the PART_TILES feature tiles of part w / QGROUPS, CHUNK tiles at a time (fewer live
+// accumulators beside dK's and dV's).
+#define QGROUPS (COLS / 16)
+#define FPARTS (THREADS / 32 / QGROUPS)
+#define PART_TILES (FTILES / FPARTS)
+#define CHUNK 2
+#define DS_LD (ROWS + 8)
+static_assert(COLS % 16 == 0 && (THREADS / 32) % QGROUPS == 0, "query groups of 16 rows, whole per warp");
+static_assert(FTILES % FPARTS == 0 && PART_TILES % CHUNK == 0 && CHUNK % 2 == 0, "feature parts of tile pairs");
+
+// Adds dS K for the query tile at i0 (dS in `ds` as [COLS queries][ROWS keys] of T's bits,
+// K the block's key tile) to the f32 accumulator rows `acc_out` (rows < nq, features < d).
+__device__ __forceinline__ void add_dq_tile(float* acc_out, h16 (*ds)[DS_LD], h16 (*ks)[LDS], u64 i0,
+                                            const Problem& p) {
+    const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const u32 qrow = warp % QGROUPS * 16, first_tile = warp / QGROUPS * PART_TILES;
+#pragma unroll
+    for (int f0 = 0; f0 < PART_TILES; f0 += CHUNK) {
+        float acc[CHUNK][4];
+        zero(acc);
+        // One 16-key step of dS at a time (its fragment reloaded per chunk: fewer live
+        // registers beside dK's and dV's accumulators).
+#pragma unroll
+        for (int s = 0; s < ROWS / 16; ++s) {
+            u32 a[4];
+            ldsm_x4(a, &ds[qrow + lane / 8 % 2 * 8 + lane % 8][16 * s + lane / 16 * 8]);
+#pragma unroll
+            for (int f = 0; f < CHUNK; f += 2) {
+                u32 x[4];
+                ldsm_x4_trans(x, &ks[16 * s + lane / 8 % 2 * 8 + lane % 8][8 * (first_tile + f0 + f) + lane / 16 * 8]);
+                const u32 b0[2] = {x[0], x[1]}, b1[2] = {x[2], x[3]};
+                mma_16816<BF16>(acc[f], a, b0);
+                mma_16816<BF16>(acc[f + 1], a, b1);
+            }
+        }
+#pragma unroll
+        for (int f = 0; f < CHUNK; ++f)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const u64 i = i0 + qrow + g + 8 * (e / 2), c = 8 * (first_tile + f0 + f) + 2 * t + e % 2;
+                if (i < p.nq && c < p.d) atomicAdd(&acc_out[i * p.d + c], acc[f][e]);
+            }
+    }
+}
+#endif
 // Issues the copies of query tile `i0` (Q, then dO COLS rows further) into `tile`, and writes
 // the tile's lse shifts and deltas (ordinary stores: a barrier must come before their use).
 __device__ __forceinline__ void issue_queries(h16 (*tile)[LDS], float* shifts, float* deltas, const T* q,
@@ -422,8 +476,16 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
            const T* __restrict__ d_o, const C* __restrict__ lse, const C* __restrict__ delta,
            const u32* __restrict__ lengths, const T* __restrict__ bias, T* __restrict__ dk, T* __restrict__ dv,
-           T* __restrict__ dbias) {
+           T* __restrict__ dbias
+#if DQ_ATOMIC
+           ,
+           float* __restrict__ dq_acc
+#endif
+    ) {
     __shared__ __align__(16) h16 ks[ROWS][LDS];
+#if DQ_ATOMIC
+    __shared__ __align__(16) h16 ds_tile[COLS][DS_LD];
+#endif
     __shared__ __align__(16) h16 vs[ROWS][LDS];
     // Buffer s: Q at rows 2 s COLS, dO COLS rows further.
     __shared__ __align__(16) h16 qdo[4 * COLS][LDS];
@@ -485,13 +547,53 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                     if (bias_grad && in) dbias[(bh * p.nq + i) * p.nk + j] = store<T, float>(ds);
                     s[n][e] = pr;
                     dp[n][e] = ds;
+#if DQ_ATOMIC
+                    ds_tile[ii][16 * warp + g + 8 * (e / 2)] = bits16(store<T, float>(ds));
+#endif
                 }
             mma_fragments(dv_acc, s, dos);
             mma_fragments(dk_acc, dp, qs);
+#if DQ_ATOMIC
+            __syncthreads(); // the whole dS tile is written
+            add_dq_tile(dq_acc + bh * p.nq * p.d, ds_tile, ks, i0, p);
+#endif
             __syncthreads();
         }
         store_rows(dk + bh * p.nk * p.d, dk_acc, (float)p.scale, j0 + 16 * warp, p.nk, p.d);
         store_rows(dv + bh * p.nk * p.dv, dv_acc, 1.0f, j0 + 16 * warp, p.nk, p.dv);
     }
+}
+#endif
+
+#if PASS == 3 && MMA
+// The atomic backward's first launch: delta = rowsum(dO * O) of every query row (in float,
+// as the dq pass), and the row's f32 dq accumulator zeroed. A warp per row.
+extern "C" __global__ void __launch_bounds__(THREADS)
+    kernel(const Info info, const T* __restrict__ o, const T* __restrict__ d_o, C* __restrict__ delta,
+           float* __restrict__ dq_acc) {
+    const Problem p = problem(info);
+    const View ov = view(info, 3), dov = view(info, 4);
+    const u32 lane = threadIdx.x % 32, warps = THREADS / 32;
+    const u64 rows = p.bh_count * p.nq;
+    for (u64 r = (u64)blockIdx.x * warps + threadIdx.x / 32; r < rows; r += (u64)gridDim.x * warps) {
+        const u64 bh = r / p.nq, i = r % p.nq, b = bh / p.heads, h = bh % p.heads;
+        float dl = 0.0f;
+        for (u64 c = lane; c < p.dv; c += 32)
+            dl += (float)load(d_o[row_at(dov, b, h, i) + c * dov.s3]) * (float)load(o[row_at(ov, b, h, i) + c * ov.s3]);
+#pragma unroll
+        for (int m = 16; m > 0; m /= 2) dl += __shfl_xor_sync(0xffffffffu, dl, m);
+        if (lane == 0) delta[r] = dl;
+        for (u64 c = lane; c < p.d; c += 32) dq_acc[r * p.d + c] = 0.0f;
+    }
+}
+#endif
+
+#if PASS == 5 && MMA
+// The atomic backward's last launch: dq = scale * the f32 accumulator, rounded once to T.
+extern "C" __global__ void kernel(const Info info, const float* __restrict__ dq_acc, T* __restrict__ dq) {
+    const Problem p = problem(info);
+    const u64 n = p.bh_count * p.nq * p.d;
+    for (u64 e = (u64)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (u64)gridDim.x * blockDim.x)
+        dq[e] = store<T, float>(dq_acc[e] * (float)p.scale);
 }
 #endif

@@ -66,8 +66,14 @@
 //   __CUDA_ARCH__ is 900 (sm_90); RNN_EMU is defined. __nanosleep lets the block's other
 //   threads run; __trap fails the launch; assert is the C one (it aborts the process).
 //
-// WHAT IT CANNOT SEE. Data races and the memory model (unsynchronized accesses happen in one
-// fixed order, so a missing __syncthreads / __syncwarp / fence usually goes unnoticed; lanes
+// - Scheduling: a warp runs alone from one __syncthreads to the next (the lanes a warp
+//   collective releases run before other warps'); after a barrier the warps start in
+//   ascending order or descending, alternating by barrier and by block. So a missing
+//   __syncthreads between one warp's shared-memory writes and another's reads (or the reverse)
+//   shows in the results of a block where the reader (or the overwriter) runs first.
+//
+// WHAT IT CANNOT SEE. Data races and the memory model (unsynchronized accesses happen in a
+// fixed order, so a missing __syncwarp / fence, or a race inside a warp, usually goes unnoticed; lanes
 // never run in lockstep, so implicit warp-synchronous code is not modelled, and
 // __activemask() returns the lanes that have not exited, not those of a divergent branch);
 // which call site a barrier is reached from; coalescing, bank conflicts, timing, occupancy,

@@ -127,6 +127,21 @@ __global__ void kernel(const Info info, u32* out) {
 }
 } // namespace k_warp
 
+namespace k_order { // a race between warps: each reads the other's flag, then sets its own
+struct Info { u64 w[96]; };
+__global__ void kernel(const Info info, u32* __restrict__ out) {
+    __shared__ u32 flag[2];
+    if (threadIdx.x < 2) flag[threadIdx.x] = 0;
+    __syncthreads();
+    const u32 warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const u32 seen = __shfl_sync(FULL_MASK, flag[warp ^ 1], 0); // no barrier before this read
+    if (lane == 0) {
+        flag[warp] = 1;
+        out[blockIdx.x * 2 + warp] = seen;
+    }
+}
+} // namespace k_order
+
 namespace k_grid { // 3-D grid and block: every index variable, __syncthreads_and
 struct Info { u64 w[96]; };
 __global__ void kernel(const Info info, u32* out) {
@@ -352,6 +367,17 @@ static void test_warp() {
             }
     }
     CHECK(ok, "warp collectives");
+}
+
+// A warp runs alone from barrier to barrier, warps in ascending order after the first barrier
+// of block 0 and descending in block 1: the warp that runs first sees the other's flag unset.
+static void test_warp_order() {
+    std::vector<u32> out(4, 7);
+    std::string err;
+    int rc = run(k_order::kernel, {}, dims(2, 64), &err, out.data());
+    CHECK(rc == 0, "%s", err.c_str());
+    CHECK(out == std::vector<u32>({0, 1, 1, 0}), "flags seen (block 0: warps 0, 1; block 1: warps 0, 1): %u %u %u %u",
+          out[0], out[1], out[2], out[3]);
 }
 
 static void test_grid() {
@@ -612,6 +638,7 @@ int main() {
     test_atomic16();
     test_warp();
     test_grid();
+    test_warp_order();
     test_dynamic_shared();
     test_cp_async();
     test_errors();

@@ -181,13 +181,18 @@ void fiber_main();
 // fiber until it exits (then that fiber starts the next unstarted thread) or waits at a
 // barrier / warp collective (then the fiber stays with it and the scheduler moves on).
 // The last thread to arrive completes a barrier or collective and marks the others Ready.
+// Scheduling: the lanes a warp collective releases run next (ahead of other warps), so a
+// warp runs alone from one barrier to the next. After a barrier the warps go in ascending
+// order or descending, alternating from barrier to barrier and block to block: a warp that
+// reads shared memory another warp writes without a barrier between them then runs before
+// the writer in one of the orders, and the kernel's results show it.
 struct Worker {
     Kernel kernel;
     unsigned n = 0;           // threads per block
     char* dynamic_shared = nullptr;
     Thread th[kMaxThreads];
     unsigned next = 0, done = 0;                 // next thread to start, threads exited
-    unsigned at_barrier = 0, bar_count = 0, bar_result = 0;
+    unsigned at_barrier = 0, bar_count = 0, bar_result = 0, bar_rounds = 0;
     unsigned ready[kMaxThreads], ready_head = 0, ready_len = 0;
     Fiber* fibers[kMaxThreads];
     Fiber* idle[kMaxThreads];
@@ -222,6 +227,14 @@ struct Worker {
         ready[(ready_head + ready_len++) % kMaxThreads] = i;
     }
 
+    // Ready, and first in line.
+    void make_ready_first(unsigned i) {
+        th[i].st = St::Ready;
+        ready_head = (ready_head + kMaxThreads - 1) % kMaxThreads;
+        ready[ready_head] = i;
+        ++ready_len;
+    }
+
     int barrier(int pred) {
         Thread& t = *cur;
         bar_count += pred != 0;
@@ -233,8 +246,9 @@ struct Worker {
         // completes, which needs every thread, so all have read it by then.
         bar_result = bar_count;
         bar_count = at_barrier = 0;
+        const bool descending = (bar_rounds++ + blockIdx.x + blockIdx.y + blockIdx.z) % 2 == 1;
         for (unsigned i = 0; i < n; ++i)
-            if (th[i].st == St::Barrier) make_ready(i);
+            if (th[i].st == St::Barrier) descending ? make_ready_first(i) : make_ready(i);
         return (int)bar_result;
     }
 
@@ -312,7 +326,9 @@ struct Worker {
         } else {
             for (unsigned m = group; m; m &= m - 1) lanes[__builtin_ctz(m)].op.result = reduce(lanes, group, __builtin_ctz(m));
         }
-        for (unsigned m = group & ~(1u << self); m; m &= m - 1) make_ready(base + __builtin_ctz(m));
+        // The warp goes on first, its lanes in ascending order (pushed to the front from the last).
+        for (unsigned m = group & ~(1u << self); m; m &= ~(1u << (31 - __builtin_clz(m))))
+            make_ready_first(base + 31 - __builtin_clz(m));
     }
 
     void shuffle(unsigned base, unsigned group) {
@@ -426,7 +442,7 @@ struct Worker {
     // Runs one block to completion; false (with `error`) if it could not.
     bool run_block(uint3 b) {
         blockIdx = b;
-        next = done = at_barrier = bar_count = 0;
+        next = done = at_barrier = bar_count = bar_rounds = 0;
         ready_head = ready_len = 0;
         for (unsigned i = 0; i < n; ++i) th[i].st = St::Unstarted;
         while (error.empty()) {

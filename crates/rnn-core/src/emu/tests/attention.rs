@@ -1,4 +1,5 @@
-//! Fused attention's kernels (forward, backward dq and dk / dv passes) on the emulator,
+//! Fused attention's kernels (forward, backward dq and dk / dv passes, and the 16-bit
+//! kernels' single backward pass with atomic dq) on the emulator,
 //! against attention's composition of primitives run on the CPU with the same inputs: every
 //! dtype and feature bucket, sizes of one row, of a tile plus one and of no multiple of a
 //! tile, Nq != Nk, each mask kind, NaN and infinities, strided and broadcast views, empty
@@ -194,10 +195,15 @@ fn check(rng: &mut StdRng, c: &Case, dtype: DType) {
     bwd_ins.push((d_o, Layout::contiguous(vec![b, h, nq, dv])));
     bwd_ins.push((want[1].clone(), Layout::contiguous(vec![b, h, nq])));
     bwd_ins.extend(ins[3..].iter().cloned());
-    let bwd = AttentionBackward { fwd, bias_grad: c.bias_grad };
     let terms = nq.max(nk) * d.max(dv).max(1);
-    let got = emulated(&bwd, &bwd_ins);
-    compare_all(&format!("{what} backward"), got, reference(&bwd, &bwd_ins), &[tol(dtype, terms)]);
+    // The 16-bit kernels' two backward designs: two passes, and one with atomic dq.
+    let designs: &[bool] = if matches!(dtype, DType::F16 | DType::BF16) { &[false, true] } else { &[false] };
+    for &atomic_dq in designs {
+        let bwd = AttentionBackward { fwd, bias_grad: c.bias_grad, atomic_dq };
+        let got = emulated(&bwd, &bwd_ins);
+        let want = reference(&bwd, &bwd_ins);
+        compare_all(&format!("{what} backward (atomic dq: {atomic_dq})"), got, want, &[tol(dtype, terms)]);
+    }
 }
 
 /// Every dtype and feature bucket (so every kernel variant), then the edge cases in every

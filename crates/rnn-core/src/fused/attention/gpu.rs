@@ -10,7 +10,10 @@
 //!
 //! On CUDA, f16 / bf16 attention has kernels of its own (attention_mma.cu, sm_80 and later): a
 //! warp per 16 rows, the tile products as mma.m16n8k16 with f32 accumulators, the softmax on
-//! the fragments in registers.
+//! the fragments in registers. Their backward can also run FlashAttention-2's single pass
+//! (`AttentionBackward::atomic_dq`, see `crate::set_attention_atomic_dq`): three launches, a
+//! prologue (delta, the f32 dq accumulator zeroed), the dk / dv pass that also adds dS K to
+//! the accumulator with atomics, and an epilogue that scales it into dq.
 
 use super::{stat_dtype, Attention, AttentionBackward, Dims, OP};
 use crate::gpu::elementwise::template;
@@ -30,24 +33,39 @@ const LENGTHS: usize = 2;
 const HAS_BIAS: usize = 4;
 const BIAS_GRAD: usize = 8;
 
-/// The kernels: the forward, the backward's dq pass and its dk / dv pass (`PASS` in
-/// attention.cu).
+/// The kernels: the forward, the backward's dq pass and its dk / dv pass, and the three
+/// launches of the atomic-dq backward on tensor cores (`PASS` in attention.cu).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pass {
     Forward = 0,
     Dq = 1,
     DkDv = 2,
+    /// delta and the zeroed f32 dq accumulator (a warp per query row).
+    AtomicPrologue = 3,
+    /// dk / dv, and dS K added to the dq accumulator.
+    DkDvDq = 4,
+    /// dq = scale * accumulator (a thread per element).
+    AtomicEpilogue = 5,
 }
 
 impl Pass {
-    const ALL: [Pass; 3] = [Pass::Forward, Pass::Dq, Pass::DkDv];
+    const ALL: [Pass; 6] =
+        [Pass::Forward, Pass::Dq, Pass::DkDv, Pass::AtomicPrologue, Pass::DkDvDq, Pass::AtomicEpilogue];
 
     fn name(self) -> &'static str {
         match self {
             Pass::Forward => "fwd",
             Pass::Dq => "bwd_dq",
             Pass::DkDv => "bwd_dkdv",
+            Pass::AtomicPrologue => "bwd_atomic_prologue",
+            Pass::DkDvDq => "bwd_dkdvdq",
+            Pass::AtomicEpilogue => "bwd_atomic_epilogue",
         }
+    }
+
+    /// The passes of the atomic-dq backward, which exist on tensor cores only.
+    fn mma_only(self) -> bool {
+        matches!(self, Pass::AtomicPrologue | Pass::DkDvDq | Pass::AtomicEpilogue)
     }
 
     fn template(self, target: &Target) -> &'static str {
@@ -56,6 +74,8 @@ impl Pass {
             Pass::Forward => template(target, cuda::ATTENTION, wgsl::ATTENTION_FWD),
             Pass::Dq => template(target, cuda::ATTENTION, wgsl::ATTENTION_BWD_DQ),
             Pass::DkDv => template(target, cuda::ATTENTION, wgsl::ATTENTION_BWD_DKDV),
+            // CUDA only (`source` checks).
+            Pass::AtomicPrologue | Pass::DkDvDq | Pass::AtomicEpilogue => cuda::ATTENTION,
         }
     }
 
@@ -67,7 +87,8 @@ impl Pass {
         match self {
             Pass::Forward => (rows + 2 * cols) * row + rows * cols,
             Pass::Dq => (2 * rows + 2 * cols) * row + rows * cols,
-            Pass::DkDv => (2 * rows + 2 * cols) * row + 2 * rows * cols + 2 * cols,
+            Pass::DkDv | Pass::DkDvDq => (2 * rows + 2 * cols) * row + 2 * rows * cols + 2 * cols,
+            Pass::AtomicPrologue | Pass::AtomicEpilogue => 0,
         }
     }
 }
@@ -121,18 +142,25 @@ fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
         (Pass::Forward, _) => (128, 64),
         (Pass::Dq, 128) => (64, 16),
         (Pass::Dq, _) => (64, 32),
-        (Pass::DkDv, 128) => (32, 16),
-        (Pass::DkDv, _) => (64, 32),
+        // The atomic pass adds a dS tile in shared memory and the dq product's accumulators
+        // (2 feature tiles at a time) to the dk / dv pass: the same tiles fit.
+        (Pass::DkDv | Pass::DkDvDq, 128) => (32, 16),
+        (Pass::DkDv | Pass::DkDvDq, _) => (64, 32),
+        // Rows (a warp each) and elements (a thread each) per block.
+        (Pass::AtomicPrologue, _) => (4, 0),
+        (Pass::AtomicEpilogue, _) => (256, 0),
     }
 }
 
-/// Threads per block of a pass's kernel: 8 per row, or a warp per 16 rows on tensor cores.
+/// Threads per block of a pass's kernel: 8 per row, or on tensor cores a warp per 16 rows
+/// (the atomic prologue: per row; its epilogue: a thread per element).
 fn block_threads(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> usize {
     let rows = tile(target, pass, dtype, dmax).0;
-    if mma(target, dtype) {
-        rows / 16 * 32
-    } else {
-        rows * THREADS_PER_ROW
+    match pass {
+        _ if !mma(target, dtype) => rows * THREADS_PER_ROW,
+        Pass::AtomicPrologue => rows * 32,
+        Pass::AtomicEpilogue => rows,
+        _ => rows / 16 * 32,
     }
 }
 
@@ -148,6 +176,9 @@ fn variant(pass: Pass, dtype: DType, dmax: usize) -> String {
 fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<KernelSource> {
     if !dtype.is_float() {
         return Err(Error::UnsupportedDType { op: OP, dtype, hint: ": attention needs a float dtype" });
+    }
+    if pass.mma_only() && !mma(target, dtype) {
+        return Err(Error::Msg(format!("internal: attention's {} pass runs on CUDA tensor cores only", pass.name())));
     }
     let t = target.elem_type(OP, dtype)?;
     let (rows, cols) = tile(target, pass, dtype, dmax);
@@ -274,9 +305,17 @@ pub(crate) fn backward(
     let (lengths, bias) = (Arg::Input(op.lengths_input().unwrap_or(0)), Arg::Input(bias.unwrap_or(0)));
     let (q, k, v, o, d_o, lse) = (Arg::Input(0), Arg::Input(1), Arg::Input(2), Arg::Input(3), Arg::Input(4), Arg::Input(5));
     let kind = (dtype, dmax);
+    let dkdv_args = [q, k, v, d_o, lse, delta, lengths, bias, Arg::Temp(1), Arg::Temp(2), dbias];
+    if op.atomic_dq && mma(target, dtype) {
+        let dq_acc = p.temp(DType::F32, pairs * dims.nq * dims.d);
+        launch(&mut p, Pass::AtomicPrologue, kind, (pairs, dims.nq), &[o, d_o, delta, dq_acc], info.clone())?;
+        let args: Vec<Arg> = dkdv_args.into_iter().chain([dq_acc]).collect();
+        launch(&mut p, Pass::DkDvDq, kind, (pairs, dims.nk), &args, info.clone())?;
+        let elements = pairs * dims.nq * dims.d;
+        return launch(&mut p, Pass::AtomicEpilogue, kind, (1, elements), &[dq_acc, Arg::Temp(0)], info).map(|_| Some(p));
+    }
     let dq_args = [q, k, v, o, d_o, lse, lengths, bias, Arg::Temp(0), delta];
     launch(&mut p, Pass::Dq, kind, (pairs, dims.nq), &dq_args, info.clone())?;
-    let dkdv_args = [q, k, v, d_o, lse, delta, lengths, bias, Arg::Temp(1), Arg::Temp(2), dbias];
     launch(&mut p, Pass::DkDv, kind, (pairs, dims.nk), &dkdv_args, info)?;
     Ok(Some(p))
 }

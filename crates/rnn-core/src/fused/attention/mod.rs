@@ -249,7 +249,7 @@ impl FusedOp for Attention {
 
     fn backward(&self, inputs: &[Tensor], saved: &[Tensor], y: &Tensor, g: &Tensor) -> Result<Vec<Option<Tensor>>> {
         let bias_grad = self.bias_input().is_some_and(|i| inputs[i].tracks_grad());
-        let op = AttentionBackward { fwd: *self, bias_grad };
+        let op = AttentionBackward { fwd: *self, bias_grad, atomic_dq: crate::attention_atomic_dq() };
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         let lse = saved.first().ok_or_else(|| Error::Msg(format!("internal: {OP} saved no log-sum-exp")))?;
         // The CPU kernel reads dO by rows at any batch, head and row stride, so a strided or
@@ -294,6 +294,9 @@ fn contiguous_rows(g: &Tensor) -> Result<Tensor> {
 pub(crate) struct AttentionBackward {
     pub fwd: Attention,
     pub bias_grad: bool,
+    /// The f16 / bf16 CUDA kernels add dq with atomics in one pass (`attention_atomic_dq`);
+    /// other kernels ignore it.
+    pub atomic_dq: bool,
 }
 
 impl AttentionBackward {

@@ -12,9 +12,12 @@
 #                    the op, gradient and attention tests, when it is installed (last: it is
 #                    the slowest stage). No leak check: the caching pool and the per-device
 #                    handles keep their device memory until the process ends, by design.
+#   racecheck.txt    compute-sanitizer racecheck (shared-memory hazards: a missing barrier)
+#                    over the attention tests, whose tensor-core tiles warps share.
 # Every stage has a time limit (seconds, from the environment), so one hung kernel costs
 # its stage, not the run: TEST_TIMEOUT per test binary, BENCH_TIMEOUT per benchmark,
-# MEMCHECK_TIMEOUT per sanitized binary. TEST_JOBS test binaries run at once.
+# MEMCHECK_TIMEOUT per sanitized binary, RACECHECK_TIMEOUT for the race check. TEST_JOBS test
+# binaries run at once.
 set -uo pipefail
 cd "$(dirname "$0")"
 if [ ! -d bin ]; then
@@ -26,7 +29,7 @@ mkdir -p "$OUT/tests"
 export RNN_REQUIRE_GPU=cuda RNN_GPU_DEVICE=${RNN_GPU_DEVICE:-cuda:0}
 export RNN_CUDA_CACHE_PATH=${RNN_CUDA_CACHE_PATH:-$PWD/ptx-cache}
 TEST_TIMEOUT=${TEST_TIMEOUT:-600} BENCH_TIMEOUT=${BENCH_TIMEOUT:-600}
-MEMCHECK_TIMEOUT=${MEMCHECK_TIMEOUT:-1200} TEST_JOBS=${TEST_JOBS:-4}
+MEMCHECK_TIMEOUT=${MEMCHECK_TIMEOUT:-1200} RACECHECK_TIMEOUT=${RACECHECK_TIMEOUT:-600} TEST_JOBS=${TEST_JOBS:-4}
 status=0
 
 {
@@ -71,5 +74,8 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
             --test-threads=1 >> "$OUT/memcheck.txt" 2>&1 || { status=1; echo "MEMCHECK FAILED: $t" >> "$OUT/memcheck.txt"; }
     done
     grep -E "ERROR SUMMARY|FAILED" "$OUT/memcheck.txt"
+    timeout "$RACECHECK_TIMEOUT" compute-sanitizer --tool racecheck --error-exitcode 9 bin/test-attention cuda \
+        --test-threads=1 > "$OUT/racecheck.txt" 2>&1 || { status=1; echo "RACECHECK FAILED" >> "$OUT/racecheck.txt"; }
+    grep -E "ERROR SUMMARY|RACECHECK FAILED" "$OUT/racecheck.txt"
 fi
 exit $status

@@ -12,12 +12,12 @@
 //     S = Q K^T, P from the saved lse, dP = dO V^T, dS = P (dP - delta), dQ += dS K.
 //   PASS 2, backward dk / dv (and the bias gradient): ROWS keys, query tiles of COLS:
 //     S^T = K Q^T, dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
-//   Atomic dq (PASS 3, 4, 5; `AttentionBackwardMode::AtomicDq`): FlashAttention-2's one pass
-//     over the scores. PASS 3 writes delta and zeroes an f32 dq accumulator; PASS 4 is PASS 2
-//     that also writes its dS tile to shared memory and adds dS K to the accumulator with
-//     atomics; PASS 5 scales the accumulator into dq. Five tile products instead of the two
-//     passes' seven, at the price of an f32 scratch buffer and a dq whose rounding depends on
-//     the order of the atomic adds.
+//   Atomic dq (PASS 3, 4; `set_attention_atomic_dq`): FlashAttention-2's one pass over the
+//     scores. PASS 3 writes delta and zeroes an f32 dq accumulator; PASS 4 is PASS 2 that also
+//     writes its dS tile to shared memory and adds scale * dS K to the accumulator with
+//     atomics; the plan's copy then rounds the accumulator into dq. Five tile products instead
+//     of the two passes' seven, at the price of an f32 scratch buffer and a dq whose rounding
+//     depends on the order of the atomic adds.
 // P and dS are rounded to T for their products, as FlashAttention does. The column tiles
 // are double-buffered: cp.async copies of tile t + 1 run while tile t is multiplied. Tiles
 // that no mask reaches skip the per-element checks; under the causal mask, a warp skips the
@@ -422,8 +422,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 static_assert(COLS % 16 == 0 && (THREADS / 32) % QGROUPS == 0, "query groups of 16 rows, whole per warp");
 static_assert(FTILES % FPARTS == 0 && PART_TILES % CHUNK == 0 && CHUNK % 2 == 0, "feature parts of tile pairs");
 
-// Adds dS K for the query tile at i0 (dS in `ds` as [COLS queries][ROWS keys] of T's bits,
-// K the block's key tile) to the f32 accumulator rows `acc_out` (rows < nq, features < d).
+// Adds scale * dS K for the query tile at i0 (dS in `ds` as [COLS queries][ROWS keys] of T's
+// bits, K the block's key tile) to the f32 accumulator rows `acc_out` (rows < nq, features < d).
 __device__ __forceinline__ void add_dq_tile(float* acc_out, h16 (*ds)[DS_LD], h16 (*ks)[LDS], u64 i0,
                                             const Problem& p) {
     const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
@@ -452,7 +452,7 @@ __device__ __forceinline__ void add_dq_tile(float* acc_out, h16 (*ds)[DS_LD], h1
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const u64 i = i0 + qrow + g + 8 * (e / 2), c = 8 * (first_tile + f0 + f) + 2 * t + e % 2;
-                if (i < p.nq && c < p.d) atomicAdd(&acc_out[i * p.d + c], acc[f][e]);
+                if (i < p.nq && c < p.d) atomicAdd(&acc_out[i * p.d + c], acc[f][e] * (float)p.scale);
             }
     }
 }
@@ -588,12 +588,3 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 }
 #endif
 
-#if PASS == 5 && MMA
-// The atomic backward's last launch: dq = scale * the f32 accumulator, rounded once to T.
-extern "C" __global__ void kernel(const Info info, const float* __restrict__ dq_acc, T* __restrict__ dq) {
-    const Problem p = problem(info);
-    const u64 n = p.bh_count * p.nq * p.d;
-    for (u64 e = (u64)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (u64)gridDim.x * blockDim.x)
-        dq[e] = store<T, float>(dq_acc[e] * (float)p.scale);
-}
-#endif

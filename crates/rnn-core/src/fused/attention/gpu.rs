@@ -11,12 +11,12 @@
 //! On CUDA, f16 / bf16 attention has kernels of its own (attention_mma.cu, sm_80 and later): a
 //! warp per 16 rows, the tile products as mma.m16n8k16 with f32 accumulators, the softmax on
 //! the fragments in registers. Their backward can also run FlashAttention-2's single pass
-//! (`AttentionBackward::atomic_dq`, see `crate::set_attention_atomic_dq`): three launches, a
-//! prologue (delta, the f32 dq accumulator zeroed), the dk / dv pass that also adds dS K to
-//! the accumulator with atomics, and an epilogue that scales it into dq.
+//! (`AttentionBackward::atomic_dq`, see `crate::set_attention_atomic_dq`): a prologue (delta,
+//! the f32 dq accumulator zeroed), the dk / dv pass that also adds scale * dS K to the
+//! accumulator with atomics, and a copy that rounds it into dq.
 
 use super::{stat_dtype, Attention, AttentionBackward, Dims, OP};
-use crate::gpu::elementwise::template;
+use crate::gpu::elementwise::{copy_into, template};
 use crate::gpu::plan::{Arg, Grid, KernelSource, Program};
 use crate::gpu::target::{Lang, Target};
 use crate::{DType, Error, Layout, Result};
@@ -33,8 +33,8 @@ const LENGTHS: usize = 2;
 const HAS_BIAS: usize = 4;
 const BIAS_GRAD: usize = 8;
 
-/// The kernels: the forward, the backward's dq pass and its dk / dv pass, and the three
-/// launches of the atomic-dq backward on tensor cores (`PASS` in attention.cu).
+/// The kernels: the forward, the backward's dq pass and its dk / dv pass, and the two kernels
+/// of the atomic-dq backward on tensor cores (`PASS` in attention.cu).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pass {
     Forward = 0,
@@ -42,15 +42,12 @@ pub(crate) enum Pass {
     DkDv = 2,
     /// delta and the zeroed f32 dq accumulator (a warp per query row).
     AtomicPrologue = 3,
-    /// dk / dv, and dS K added to the dq accumulator.
+    /// dk / dv, and scale * dS K added to the dq accumulator.
     DkDvDq = 4,
-    /// dq = scale * accumulator (a thread per element).
-    AtomicEpilogue = 5,
 }
 
 impl Pass {
-    const ALL: [Pass; 6] =
-        [Pass::Forward, Pass::Dq, Pass::DkDv, Pass::AtomicPrologue, Pass::DkDvDq, Pass::AtomicEpilogue];
+    const ALL: [Pass; 5] = [Pass::Forward, Pass::Dq, Pass::DkDv, Pass::AtomicPrologue, Pass::DkDvDq];
 
     fn name(self) -> &'static str {
         match self {
@@ -59,13 +56,12 @@ impl Pass {
             Pass::DkDv => "bwd_dkdv",
             Pass::AtomicPrologue => "bwd_atomic_prologue",
             Pass::DkDvDq => "bwd_dkdvdq",
-            Pass::AtomicEpilogue => "bwd_atomic_epilogue",
         }
     }
 
     /// The passes of the atomic-dq backward, which exist on tensor cores only.
     fn mma_only(self) -> bool {
-        matches!(self, Pass::AtomicPrologue | Pass::DkDvDq | Pass::AtomicEpilogue)
+        matches!(self, Pass::AtomicPrologue | Pass::DkDvDq)
     }
 
     fn template(self, target: &Target) -> &'static str {
@@ -75,7 +71,7 @@ impl Pass {
             Pass::Dq => template(target, cuda::ATTENTION, wgsl::ATTENTION_BWD_DQ),
             Pass::DkDv => template(target, cuda::ATTENTION, wgsl::ATTENTION_BWD_DKDV),
             // CUDA only (`source` checks).
-            Pass::AtomicPrologue | Pass::DkDvDq | Pass::AtomicEpilogue => cuda::ATTENTION,
+            Pass::AtomicPrologue | Pass::DkDvDq => cuda::ATTENTION,
         }
     }
 
@@ -88,7 +84,7 @@ impl Pass {
             Pass::Forward => (rows + 2 * cols) * row + rows * cols,
             Pass::Dq => (2 * rows + 2 * cols) * row + rows * cols,
             Pass::DkDv | Pass::DkDvDq => (2 * rows + 2 * cols) * row + 2 * rows * cols + 2 * cols,
-            Pass::AtomicPrologue | Pass::AtomicEpilogue => 0,
+            Pass::AtomicPrologue => 0,
         }
     }
 }
@@ -146,20 +142,18 @@ fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
         // (2 feature tiles at a time) to the dk / dv pass: the same tiles fit.
         (Pass::DkDv | Pass::DkDvDq, 128) => (32, 16),
         (Pass::DkDv | Pass::DkDvDq, _) => (64, 32),
-        // Rows (a warp each) and elements (a thread each) per block.
+        // Rows per block, a warp each.
         (Pass::AtomicPrologue, _) => (4, 0),
-        (Pass::AtomicEpilogue, _) => (256, 0),
     }
 }
 
 /// Threads per block of a pass's kernel: 8 per row, or on tensor cores a warp per 16 rows
-/// (the atomic prologue: per row; its epilogue: a thread per element).
+/// (the atomic prologue: per row).
 fn block_threads(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> usize {
     let rows = tile(target, pass, dtype, dmax).0;
     match pass {
         _ if !mma(target, dtype) => rows * THREADS_PER_ROW,
         Pass::AtomicPrologue => rows * 32,
-        Pass::AtomicEpilogue => rows,
         _ => rows / 16 * 32,
     }
 }
@@ -311,8 +305,9 @@ pub(crate) fn backward(
         launch(&mut p, Pass::AtomicPrologue, kind, (pairs, dims.nq), &[o, d_o, delta, dq_acc], info.clone())?;
         let args: Vec<Arg> = dkdv_args.into_iter().chain([dq_acc]).collect();
         launch(&mut p, Pass::DkDvDq, kind, (pairs, dims.nk), &args, info.clone())?;
-        let elements = pairs * dims.nq * dims.d;
-        return launch(&mut p, Pass::AtomicEpilogue, kind, (1, elements), &[dq_acc, Arg::Temp(0)], info).map(|_| Some(p));
+        let rows = Layout::contiguous(pairs * dims.nq * dims.d);
+        copy_into(&mut p, (dq_acc, DType::F32, &rows), (Arg::Temp(0), dtype, &rows))?;
+        return Ok(Some(p));
     }
     let dq_args = [q, k, v, o, d_o, lse, lengths, bias, Arg::Temp(0), delta];
     launch(&mut p, Pass::Dq, kind, (pairs, dims.nq), &dq_args, info.clone())?;

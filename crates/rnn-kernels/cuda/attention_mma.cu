@@ -1,7 +1,8 @@
 // Attention on tensor cores (f16 / bf16, sm_80+; MMA in attention.cu, whose helpers these
-// kernels use). Warps own 16 rows each; the tile products run as mma.m16n8k16 with f32
+// kernels use). Warps own row tiles of 16 rows: one each, or two in the forward at DMAX <= 64
+// (every K / V fragment then serves both); the tile products run as mma.m16n8k16 with f32
 // accumulators (mma.cuh, whose fragment layouts these kernels follow: a thread holds rows g
-// and g + 8 of its warp's 16, and columns 2t, 2t + 1 of each 8-column tile). Operand tiles are
+// and g + 8 of each 16-row tile, and columns 2t, 2t + 1 of each 8-column tile). Operand tiles are
 // staged in shared memory in T, in rows of DMAX + 8 values, so that the 8 rows one ldmatrix
 // reads start on distinct banks; fragments of a block's own rows are loaded once into
 // registers. Scores are kept in base 2 (times log2(e)), so that every exponential is one
@@ -105,9 +106,12 @@ __device__ __forceinline__ void a_frags(u32 (&a)[KSTEPS][4], h16 (*tile)[LDS], u
     for (int s = 0; s < KSTEPS; ++s) ldsm_x4(a[s], &tile[row0 + lane / 8 % 2 * 8 + lane % 8][16 * s + lane / 16 * 8]);
 }
 
-// acc[n] += A x^T for the NT 8-row tiles of `tile` from row0: products over the features.
-template <int NT>
-__device__ __forceinline__ void mma_rows(float (&acc)[NT][4], const u32 (&a)[KSTEPS][4], h16 (*tile)[LDS], u32 row0) {
+// acc[m][n] += A[m] x^T for MT row tiles A[m] (16 rows each) and the NT 8-row tiles of `tile`
+// from row0: products over the features. Each fragment of `tile` is loaded once for all MT
+// row tiles, so a warp owning more rows reads less shared memory per product.
+template <int MT, int NT>
+__device__ __forceinline__ void mma_rows_m(float (&acc)[MT][NT][4], const u32 (&a)[MT][KSTEPS][4], h16 (*tile)[LDS],
+                                           u32 row0) {
     const u32 lane = threadIdx.x % 32;
 #pragma unroll
     for (int n = 0; n < NT; ++n)
@@ -116,21 +120,37 @@ __device__ __forceinline__ void mma_rows(float (&acc)[NT][4], const u32 (&a)[KST
             u32 x[4];
             ldsm_x4(x, &tile[row0 + 8 * n + lane % 8][32 * kp + lane / 8 * 8]);
             const u32 b0[2] = {x[0], x[1]}, b1[2] = {x[2], x[3]};
-            mma_16816<BF16>(acc[n], a[2 * kp], b0);
-            mma_16816<BF16>(acc[n], a[2 * kp + 1], b1);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                mma_16816<BF16>(acc[m][n], a[m][2 * kp], b0);
+                mma_16816<BF16>(acc[m][n], a[m][2 * kp + 1], b1);
+            }
         }
 }
 
-// acc[f] += P x for the 16 rows [row0, row0 + 16) of `tile` (P's columns) over its features.
-__device__ __forceinline__ void mma_features(float (&acc)[FTILES][4], const u32 (&pa)[4], h16 (*tile)[LDS], u32 row0) {
+// mma_rows_m for one row tile.
+template <int NT>
+__device__ __forceinline__ void mma_rows(float (&acc)[NT][4], const u32 (&a)[KSTEPS][4], h16 (*tile)[LDS], u32 row0) {
+    mma_rows_m<1, NT>(*reinterpret_cast<float(*)[1][NT][4]>(&acc), *reinterpret_cast<const u32(*)[1][KSTEPS][4]>(&a),
+                      tile, row0);
+}
+
+// acc[m] += P[m] x for MT row tiles P[m] (A fragments) and the 16 rows [row0, row0 + 16) of
+// `tile` (P's columns) over its features; each fragment of `tile` loaded once for all MT.
+template <int MT>
+__device__ __forceinline__ void mma_features_m(float (&acc)[MT][FTILES][4], const u32 (&pa)[MT][4], h16 (*tile)[LDS],
+                                               u32 row0) {
     const u32 lane = threadIdx.x % 32;
 #pragma unroll
     for (int f = 0; f < FTILES; f += 2) {
         u32 x[4];
         ldsm_x4_trans(x, &tile[row0 + lane / 8 % 2 * 8 + lane % 8][8 * f + lane / 16 * 8]);
         const u32 b0[2] = {x[0], x[1]}, b1[2] = {x[2], x[3]};
-        mma_16816<BF16>(acc[f], pa, b0);
-        mma_16816<BF16>(acc[f + 1], pa, b1);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+            mma_16816<BF16>(acc[m][f], pa[m], b0);
+            mma_16816<BF16>(acc[m][f + 1], pa[m], b1);
+        }
     }
 }
 
@@ -142,16 +162,25 @@ template <int NT> __device__ __forceinline__ void pack_a(u32 (&pa)[4], const flo
     pa[3] = pack2(x[2 * kk + 1][2], x[2 * kk + 1][3]);
 }
 
-// acc += X tile for the warp's fragment set X (P or dS: 16 rows, 8 NT columns) and the
-// 8 NT rows of `tile` from 0: each 16 columns of X packed to 16 bits, then mma_features.
-template <int NT>
-__device__ __forceinline__ void mma_fragments(float (&acc)[FTILES][4], const float (&x)[NT][4], h16 (*tile)[LDS]) {
+// acc[m] += X[m] tile for MT fragment sets X[m] (P or dS: 16 rows, 8 NT columns each) and the
+// 8 NT rows of `tile` from 0: each 16 columns of X packed to 16 bits, then mma_features_m.
+template <int MT, int NT>
+__device__ __forceinline__ void mma_fragments_m(float (&acc)[MT][FTILES][4], const float (&x)[MT][NT][4],
+                                                h16 (*tile)[LDS]) {
 #pragma unroll
     for (int kk = 0; kk < NT / 2; ++kk) {
-        u32 pa[4];
-        pack_a(pa, x, kk);
-        mma_features(acc, pa, tile, 16 * kk);
+        u32 pa[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) pack_a(pa[m], x[m], kk);
+        mma_features_m<MT>(acc, pa, tile, 16 * kk);
     }
+}
+
+// mma_fragments_m for one fragment set.
+template <int NT>
+__device__ __forceinline__ void mma_fragments(float (&acc)[FTILES][4], const float (&x)[NT][4], h16 (*tile)[LDS]) {
+    mma_fragments_m<1, NT>(*reinterpret_cast<float(*)[1][FTILES][4]>(&acc),
+                           *reinterpret_cast<const float(*)[1][NT][4]>(&x), tile);
 }
 
 template <int NT> __device__ __forceinline__ void zero(float (&x)[NT][4]) {
@@ -216,6 +245,71 @@ __device__ __forceinline__ void store_rows(T* out, const float (&x)[FTILES][4], 
 #define STILES (COLS / 8)
 // K and V tiles are double-buffered: the copies of tile t + 1 run while tile t is multiplied.
 #define KV_ROWS (4 * COLS)
+// A warp owns WARP_ROWS query rows, MT tiles of 16: every K / V fragment it loads from shared
+// memory serves all MT (FlashAttention-2's warps own 32 or more rows for the same reason).
+#define WARP_ROWS (ROWS * 32 / THREADS)
+#define MT (WARP_ROWS / 16)
+static_assert(WARP_ROWS % 16 == 0 && ROWS % WARP_ROWS == 0, "whole 16-row tiles per warp");
+
+// The online-softmax step of one key tile for the 16 rows of a row tile (this thread's rows
+// row0 and row0 + 8): the products in `s` become base-2 scores (masked where `masked`), then
+// probabilities against the new running max; `o` and the row sums `l` are rescaled to it.
+__device__ __forceinline__ void softmax_tile(float (&s)[STILES][4], float (&o)[FTILES][4], float (&m)[2],
+                                             float (&shift)[2], float (&l)[2], bool masked, const Problem& p,
+                                             float scale2, u64 row0, u64 j0, u64 end, const T* bias, const View& bv,
+                                             u64 b, u64 h) {
+    const u32 t = threadIdx.x % 4;
+    float tile_max[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+    for (int n = 0; n < STILES; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
+            s[n][e] = tile_score2(masked, p, s[n][e], scale2, i, j, end, bias, bv, b, h);
+            tile_max[e / 2] = nan_max(tile_max[e / 2], s[n][e]);
+        }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float m_new = nan_max(m[r], quad_max(tile_max[r]));
+        const float shift_new = m_new == neg_inf() ? 0.0f : m_new;
+        alpha[r] = exp2f(m[r] - shift_new);
+        m[r] = m_new;
+        shift[r] = shift_new;
+        l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int f = 0; f < FTILES; ++f)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[f][e] *= alpha[e / 2];
+#pragma unroll
+    for (int n = 0; n < STILES; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            s[n][e] = exp2f(s[n][e] - shift[e / 2]);
+            l[e / 2] += s[n][e];
+        }
+}
+
+// The end of a row tile: o divided by the row sums and stored, the log-sum-exp saved.
+__device__ __forceinline__ void finish_rows(float (&o)[FTILES][4], const float (&shift)[2], const float (&l)[2],
+                                            const Problem& p, u64 bh, u64 tile_row0, T* out, C* lse) {
+    const u32 lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float sum = quad_sum(l[r]);
+        inv[r] = sum == 0.0f ? 0.0f : 1.0f / sum;
+        const u64 i = tile_row0 + g + 8 * r;
+        if (t == 0 && i < p.nq) lse[bh * p.nq + i] = shift[r] / LOG2E + logf(sum);
+    }
+#pragma unroll
+    for (int f = 0; f < FTILES; ++f)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[f][e] *= inv[e / 2];
+    store_rows(out + bh * p.nq * p.dv, o, 1.0f, tile_row0, p.nq, p.dv);
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS)
     kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
            const u32* __restrict__ lengths, const T* __restrict__ bias, T* __restrict__ out, C* __restrict__ lse) {
@@ -227,30 +321,36 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const Problem p = problem(info);
     const float scale2 = (float)p.scale * LOG2E;
     const View qv = view(info, 0), kv = view(info, 1), vv = view(info, 2), bv = view(info, 3);
-    const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
     const u64 tiles = (p.nq + ROWS - 1) / ROWS;
     for (u64 blk = blockIdx.x; blk < p.bh_count * tiles; blk += gridDim.x) {
         // Causal tiles late in the sequence have the most keys: start them first.
         const u64 tile = (p.flags & CAUSAL) ? tiles - 1 - blk % tiles : blk % tiles;
         const u64 bh = blk / tiles, b = bh / p.heads, h = bh % p.heads, i0 = tile * ROWS;
-        const u64 row0 = i0 + 16 * warp + g; // this thread's rows: row0 and row0 + 8
+        const u64 warp_row0 = i0 + WARP_ROWS * warp; // row tile m: WARP_ROWS * warp + 16 m
         const u64 end = key_end(p, lengths, b);
         const u64 stop = (p.flags & CAUSAL) && i0 + ROWS < end ? i0 + ROWS : end;
         const u64 steps = (stop + COLS - 1) / COLS;
         // Under the causal mask, key tiles past this warp's last row add nothing to its rows
         // (every score there is masked): the warp skips their products.
-        const u64 warp_stop = (p.flags & CAUSAL) ? i0 + 16 * warp + 16 : stop;
+        const u64 warp_stop = (p.flags & CAUSAL) ? warp_row0 + WARP_ROWS : stop;
         __syncthreads();
         stage_bits<ROWS>(tiles_smem, q, qv, b, h, i0, p.nq, p.d);
         __syncthreads();
-        u32 qa[KSTEPS][4];
-        a_frags(qa, tiles_smem, 16 * warp);
+        u32 qa[MT][KSTEPS][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) a_frags(qa[mt], tiles_smem, WARP_ROWS * warp + 16 * mt);
         __syncthreads();
         if (steps > 0) {
             issue_keys(kbuf, vbuf, k, kv, v, vv, p, b, h, 0);
         }
-        float o[FTILES][4], m[2] = {neg_inf(), neg_inf()}, shift[2] = {0.0f, 0.0f}, l[2] = {0.0f, 0.0f};
-        zero(o);
+        float o[MT][FTILES][4], m[MT][2], shift[MT][2], l[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            zero(o[mt]);
+            m[mt][0] = m[mt][1] = neg_inf();
+            shift[mt][0] = shift[mt][1] = l[mt][0] = l[mt][1] = 0.0f;
+        }
         for (u64 step = 0; step < steps; ++step) {
             const u64 j0 = step * COLS;
             h16(*ks)[LDS] = kbuf + step % 2 * COLS;
@@ -260,57 +360,23 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 issue_keys(kbuf + (step + 1) % 2 * COLS, vbuf + (step + 1) % 2 * COLS, k, kv, v, vv, p, b, h, j0 + COLS);
             wait_tile(prefetch);
             if (j0 < warp_stop) {
-                float s[STILES][4];
-                zero(s);
-                mma_rows(s, qa, ks, 0);
-                float tile_max[2] = {neg_inf(), neg_inf()};
-                const bool masked = needs_mask(p, i0 + 16 * warp, 16, j0, COLS, end);
+                float s[MT][STILES][4];
 #pragma unroll
-                for (int n = 0; n < STILES; ++n)
+                for (int mt = 0; mt < MT; ++mt) zero(s[mt]);
+                mma_rows_m(s, qa, ks, 0);
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
-                        s[n][e] = tile_score2(masked, p, s[n][e], scale2, i, j, end, bias, bv, b, h);
-                        tile_max[e / 2] = nan_max(tile_max[e / 2], s[n][e]);
-                    }
-                float alpha[2];
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const float m_new = nan_max(m[r], quad_max(tile_max[r]));
-                    const float shift_new = m_new == neg_inf() ? 0.0f : m_new;
-                    alpha[r] = exp2f(m[r] - shift_new);
-                    m[r] = m_new;
-                    shift[r] = shift_new;
-                    l[r] *= alpha[r];
+                for (int mt = 0; mt < MT; ++mt) {
+                    const u64 tile_row0 = warp_row0 + 16 * mt;
+                    const bool masked = needs_mask(p, tile_row0, 16, j0, COLS, end);
+                    softmax_tile(s[mt], o[mt], m[mt], shift[mt], l[mt], masked, p, scale2, tile_row0 + g, j0, end, bias,
+                                 bv, b, h);
                 }
-#pragma unroll
-                for (int f = 0; f < FTILES; ++f)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) o[f][e] *= alpha[e / 2];
-#pragma unroll
-                for (int n = 0; n < STILES; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        s[n][e] = exp2f(s[n][e] - shift[e / 2]);
-                        l[e / 2] += s[n][e];
-                    }
-                mma_fragments(o, s, vs);
+                mma_fragments_m(o, s, vs);
             }
             __syncthreads();
         }
-        float inv[2];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const float sum = quad_sum(l[r]);
-            inv[r] = sum == 0.0f ? 0.0f : 1.0f / sum;
-            const u64 i = row0 + 8 * r;
-            if (t == 0 && i < p.nq) lse[bh * p.nq + i] = shift[r] / LOG2E + logf(sum);
-        }
-#pragma unroll
-        for (int f = 0; f < FTILES; ++f)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) o[f][e] *= inv[e / 2];
-        store_rows(out + bh * p.nq * p.dv, o, 1.0f, i0 + 16 * warp, p.nq, p.dv);
+        for (int mt = 0; mt < MT; ++mt) finish_rows(o[mt], shift[mt], l[mt], p, bh, warp_row0 + 16 * mt, out, lse);
     }
 }
 #endif

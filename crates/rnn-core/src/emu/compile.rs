@@ -111,19 +111,32 @@ pub(crate) fn precompile(sources: &[KernelSource], jobs: usize) -> Result<()> {
 }
 
 /// The translation unit of a batch: kernel `i` in namespace `rnn_v{i}`, run by `rnn_emu_v{i}`.
+/// Each kernel's macros are undefined after it, so the next kernel starts from the shim's,
+/// as NVRTC compiles each alone (a macro left over would rename the next kernel's
+/// identifiers).
 fn translation_unit(batch: &[&KernelSource]) -> String {
     let mut tu = String::from("#include \"cuda_shim.h\"\n");
     for (i, source) in batch.iter().enumerate() {
         // C linkage would make the batch's kernels one function: each keeps its namespace's.
         let text = source.text().replace("extern \"C\" __global__", "__global__");
+        let undefs: String = defined_macros(&text).map(|name| format!("#undef {name}\n")).collect();
         tu.push_str(&format!(
-            "namespace rnn_v{i} {{\n{text}\n#undef RNN_HALF\n}}\n\
+            "namespace rnn_v{i} {{\n{text}\n{undefs}}}\n\
              extern \"C\" int rnn_emu_v{i}(const unsigned long long* w, unsigned long nw, void* const* b, \
              unsigned long nb, const rnn_emu::LaunchDims* d, char* e, unsigned long ec) {{\n    \
              return rnn_emu::launch(rnn_v{i}::kernel, w, nw, b, nb, d, e, ec);\n}}\n"
         ));
     }
     tu
+}
+
+/// The names of the macros a source defines (`#define NAME` or `#  define NAME(...)`).
+fn defined_macros(text: &str) -> impl Iterator<Item = &str> {
+    text.lines().filter_map(|line| {
+        let rest = line.trim_start().strip_prefix('#')?.trim_start().strip_prefix("define")?;
+        let name = rest.trim_start().split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next()?;
+        (!name.is_empty() && rest.starts_with(char::is_whitespace)).then_some(name)
+    })
 }
 
 fn hash_of(value: impl Hash) -> u64 {
@@ -218,4 +231,15 @@ fn build_library(tu: &str, cxx: &str, lib: &Path) -> Result<()> {
     }
     let _ = std::fs::remove_file(&cpp);
     std::fs::rename(&out, lib).map_err(|e| io_error(lib, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::defined_macros;
+
+    #[test]
+    fn the_macros_a_kernel_defines_are_found_for_undefining() {
+        let text = "#define MT (ROWS / 16)\n  #  define LDS(x) x\n#if MT\n#undef OLD\n#defined_not\nint MT2;\n";
+        assert_eq!(defined_macros(text).collect::<Vec<_>>(), ["MT", "LDS"]);
+    }
 }

@@ -9,7 +9,8 @@
 //! need no copies; the mask flags are `Info` words, not variants.
 //!
 //! On CUDA, f16 / bf16 attention has kernels of its own (attention_mma.cu, sm_80 and later): a
-//! warp per 16 rows, the tile products as mma.m16n8k16 with f32 accumulators, the softmax on
+//! warp per 16 rows (32 in the forward at dmax <= 64, see `warp_rows`), the tile products as
+//! mma.m16n8k16 with f32 accumulators, the softmax on
 //! the fragments in registers. Their backward can also run FlashAttention-2's single pass
 //! (`AttentionBackward::atomic_dq`, see `crate::set_attention_atomic_dq`): a prologue (delta,
 //! the f32 dq accumulator zeroed), the dk / dv pass that also adds scale * dS K to the
@@ -122,7 +123,10 @@ fn mma(target: &Target, dtype: DType) -> bool {
 /// (static), and the accumulators, fragments and scores the registers without spilling
 /// (`tests/cuda_kernels.rs` fails on any spill in the assembler's report): hence narrower
 /// steps at dmax 128 and in the dq pass (which holds both Q's and dO's fragments; 64 columns
-/// spilled), and fewer rows in the dk / dv pass (four tiles). The forward's blocks hold 128
+/// spilled), fewer rows in the dk / dv pass (four tiles), and 32 columns in the forward at
+/// dmax 64, whose warps hold two row tiles (64 columns spilled 52 bytes; 236 registers at
+/// 32). At dmax 128 two row tiles spill even at 32 columns (their output accumulators alone
+/// take 128 registers), so there a warp keeps one. The forward's blocks hold 128
 /// query rows (8 warps), as FlashAttention-2's do: each K / V tile staged then serves twice
 /// the rows of a 64-row block, which halves the K / V reads from L2 per FLOP (at N = 16384,
 /// D = 128, B x H = 32: 64 GB per forward with 64-row blocks). Its queries are staged in the
@@ -135,6 +139,7 @@ fn mma(target: &Target, dtype: DType) -> bool {
 fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
     match (pass, dmax) {
         (Pass::Forward, 128) => (128, 32),
+        (Pass::Forward, 64) => (128, 32),
         (Pass::Forward, _) => (128, 64),
         (Pass::Dq, 128) => (64, 16),
         (Pass::Dq, _) => (64, 32),
@@ -147,14 +152,25 @@ fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
     }
 }
 
-/// Threads per block of a pass's kernel: 8 per row, or on tensor cores a warp per 16 rows
-/// (the atomic prologue: per row).
+/// Rows a warp owns in an mma kernel: 16 (one row tile), or in the forward 32, so that
+/// every K / V fragment a warp loads from shared memory serves two row tiles' products.
+/// (With 16, ldmatrix moves 256 bytes per mma.m16n8k16, which at 128 bytes per clock of
+/// shared memory takes longer than the tensor cores take for the product.)
+fn warp_rows(pass: Pass, dmax: usize) -> usize {
+    match (pass, dmax) {
+        (Pass::Forward, 32 | 64) => 32,
+        _ => 16,
+    }
+}
+
+/// Threads per block of a pass's kernel: 8 per row, or on tensor cores a warp per
+/// `warp_rows` rows (the atomic prologue: per row).
 fn block_threads(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> usize {
     let rows = tile(target, pass, dtype, dmax).0;
     match pass {
         _ if !mma(target, dtype) => rows * THREADS_PER_ROW,
         Pass::AtomicPrologue => rows * 32,
-        _ => rows / 16 * 32,
+        _ => rows / warp_rows(pass, dmax) * 32,
     }
 }
 

@@ -1,6 +1,6 @@
 // Attention on tensor cores (f16 / bf16, sm_80+; MMA in attention.cu, whose helpers these
-// kernels use). Warps own row tiles of 16 rows: one each, or two in the forward at DMAX <= 64
-// (every K / V fragment then serves both); the tile products run as mma.m16n8k16 with f32
+// kernels use). Warps own row tiles of 16 rows: one each, or two in the forward and the dq
+// pass at DMAX <= 64 (every K / V fragment then serves both); the tile products run as mma.m16n8k16 with f32
 // accumulators (mma.cuh, whose fragment layouts these kernels follow: a thread holds rows g
 // and g + 8 of each 16-row tile, and columns 2t, 2t + 1 of each 8-column tile). Operand tiles are
 // staged in shared memory in T, in rows of DMAX + 8 values, so that the 8 rows one ldmatrix
@@ -28,6 +28,11 @@
 #define KSTEPS (DMAX / 16)
 #define FTILES (DMAX / 8)
 #define LOG2E 1.4426950408889634f
+// A warp owns WARP_ROWS of its block's rows, MT row tiles of 16: every fragment of the other
+// operand it loads from shared memory serves all MT (FlashAttention-2's warps own 32 or more
+// rows for the same reason).
+#define WARP_ROWS (ROWS * 32 / THREADS)
+#define MT (WARP_ROWS / 16)
 
 typedef unsigned short h16;
 
@@ -106,11 +111,11 @@ __device__ __forceinline__ void a_frags(u32 (&a)[KSTEPS][4], h16 (*tile)[LDS], u
     for (int s = 0; s < KSTEPS; ++s) ldsm_x4(a[s], &tile[row0 + lane / 8 % 2 * 8 + lane % 8][16 * s + lane / 16 * 8]);
 }
 
-// acc[m][n] += A[m] x^T for MT row tiles A[m] (16 rows each) and the NT 8-row tiles of `tile`
-// from row0: products over the features. Each fragment of `tile` is loaded once for all MT
+// acc[m][n] += A[m] x^T for RT row tiles A[m] (16 rows each) and the NT 8-row tiles of `tile`
+// from row0: products over the features. Each fragment of `tile` is loaded once for all RT
 // row tiles, so a warp owning more rows reads less shared memory per product.
-template <int MT, int NT>
-__device__ __forceinline__ void mma_rows_m(float (&acc)[MT][NT][4], const u32 (&a)[MT][KSTEPS][4], h16 (*tile)[LDS],
+template <int RT, int NT>
+__device__ __forceinline__ void mma_rows_m(float (&acc)[RT][NT][4], const u32 (&a)[RT][KSTEPS][4], h16 (*tile)[LDS],
                                            u32 row0) {
     const u32 lane = threadIdx.x % 32;
 #pragma unroll
@@ -121,7 +126,7 @@ __device__ __forceinline__ void mma_rows_m(float (&acc)[MT][NT][4], const u32 (&
             ldsm_x4(x, &tile[row0 + 8 * n + lane % 8][32 * kp + lane / 8 * 8]);
             const u32 b0[2] = {x[0], x[1]}, b1[2] = {x[2], x[3]};
 #pragma unroll
-            for (int m = 0; m < MT; ++m) {
+            for (int m = 0; m < RT; ++m) {
                 mma_16816<BF16>(acc[m][n], a[m][2 * kp], b0);
                 mma_16816<BF16>(acc[m][n], a[m][2 * kp + 1], b1);
             }
@@ -135,10 +140,10 @@ __device__ __forceinline__ void mma_rows(float (&acc)[NT][4], const u32 (&a)[KST
                       tile, row0);
 }
 
-// acc[m] += P[m] x for MT row tiles P[m] (A fragments) and the 16 rows [row0, row0 + 16) of
-// `tile` (P's columns) over its features; each fragment of `tile` loaded once for all MT.
-template <int MT>
-__device__ __forceinline__ void mma_features_m(float (&acc)[MT][FTILES][4], const u32 (&pa)[MT][4], h16 (*tile)[LDS],
+// acc[m] += P[m] x for RT row tiles P[m] (A fragments) and the 16 rows [row0, row0 + 16) of
+// `tile` (P's columns) over its features; each fragment of `tile` loaded once for all RT.
+template <int RT>
+__device__ __forceinline__ void mma_features_m(float (&acc)[RT][FTILES][4], const u32 (&pa)[RT][4], h16 (*tile)[LDS],
                                                u32 row0) {
     const u32 lane = threadIdx.x % 32;
 #pragma unroll
@@ -147,7 +152,7 @@ __device__ __forceinline__ void mma_features_m(float (&acc)[MT][FTILES][4], cons
         ldsm_x4_trans(x, &tile[row0 + lane / 8 % 2 * 8 + lane % 8][8 * f + lane / 16 * 8]);
         const u32 b0[2] = {x[0], x[1]}, b1[2] = {x[2], x[3]};
 #pragma unroll
-        for (int m = 0; m < MT; ++m) {
+        for (int m = 0; m < RT; ++m) {
             mma_16816<BF16>(acc[m][f], pa[m], b0);
             mma_16816<BF16>(acc[m][f + 1], pa[m], b1);
         }
@@ -162,17 +167,17 @@ template <int NT> __device__ __forceinline__ void pack_a(u32 (&pa)[4], const flo
     pa[3] = pack2(x[2 * kk + 1][2], x[2 * kk + 1][3]);
 }
 
-// acc[m] += X[m] tile for MT fragment sets X[m] (P or dS: 16 rows, 8 NT columns each) and the
+// acc[m] += X[m] tile for RT fragment sets X[m] (P or dS: 16 rows, 8 NT columns each) and the
 // 8 NT rows of `tile` from 0: each 16 columns of X packed to 16 bits, then mma_features_m.
-template <int MT, int NT>
-__device__ __forceinline__ void mma_fragments_m(float (&acc)[MT][FTILES][4], const float (&x)[MT][NT][4],
+template <int RT, int NT>
+__device__ __forceinline__ void mma_fragments_m(float (&acc)[RT][FTILES][4], const float (&x)[RT][NT][4],
                                                 h16 (*tile)[LDS]) {
 #pragma unroll
     for (int kk = 0; kk < NT / 2; ++kk) {
-        u32 pa[MT][4];
+        u32 pa[RT][4];
 #pragma unroll
-        for (int m = 0; m < MT; ++m) pack_a(pa[m], x[m], kk);
-        mma_features_m<MT>(acc, pa, tile, 16 * kk);
+        for (int m = 0; m < RT; ++m) pack_a(pa[m], x[m], kk);
+        mma_features_m<RT>(acc, pa, tile, 16 * kk);
     }
 }
 
@@ -243,13 +248,9 @@ __device__ __forceinline__ void store_rows(T* out, const float (&x)[FTILES][4], 
 
 #if PASS == 0 && MMA
 #define STILES (COLS / 8)
+static_assert(WARP_ROWS % 16 == 0 && ROWS % WARP_ROWS == 0, "whole 16-row tiles per warp");
 // K and V tiles are double-buffered: the copies of tile t + 1 run while tile t is multiplied.
 #define KV_ROWS (4 * COLS)
-// A warp owns WARP_ROWS query rows, MT tiles of 16: every K / V fragment it loads from shared
-// memory serves all MT (FlashAttention-2's warps own 32 or more rows for the same reason).
-#define WARP_ROWS (ROWS * 32 / THREADS)
-#define MT (WARP_ROWS / 16)
-static_assert(WARP_ROWS % 16 == 0 && ROWS % WARP_ROWS == 0, "whole 16-row tiles per warp");
 
 // The online-softmax step of one key tile for the 16 rows of a row tile (this thread's rows
 // row0 and row0 + 8): the products in `s` become base-2 scores (masked where `masked`), then
@@ -384,6 +385,25 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #if PASS == 1 && MMA
 #define STILES (COLS / 8)
 #define SMEM_ROWS (2 * ROWS > 4 * COLS ? 2 * ROWS : 4 * COLS)
+static_assert(WARP_ROWS % 16 == 0 && ROWS % WARP_ROWS == 0, "whole 16-row tiles per warp");
+
+// dS = P (dP - delta) of one key tile for the 16 rows of a row tile (this thread's rows row0
+// and row0 + 8), written over the products S in `s`; dP in `dp`.
+__device__ __forceinline__ void ds_tile(float (&s)[STILES][4], const float (&dp)[STILES][4], const float (&shift)[2],
+                                        const float (&dl)[2], bool masked, const Problem& p, float scale2, u64 row0,
+                                        u64 j0, u64 end, const T* bias, const View& bv, u64 b, u64 h) {
+    const u32 t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < STILES; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
+            const float x = tile_score2(masked, p, s[n][e], scale2, i, j, end, bias, bv, b, h);
+            const float pr = exp2f(x - shift[e / 2]);
+            s[n][e] = !masked || (i < p.nq && j < p.nk) ? pr * (dp[n][e] - dl[e / 2]) : 0.0f;
+        }
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS)
     kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
            const T* __restrict__ o, const T* __restrict__ d_o, const C* __restrict__ lse,
@@ -396,16 +416,16 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const float scale2 = (float)p.scale * LOG2E;
     const View qv = view(info, 0), kv = view(info, 1), vv = view(info, 2), ov = view(info, 3), dov = view(info, 4),
                bv = view(info, 5);
-    const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
     const u64 tiles = (p.nq + ROWS - 1) / ROWS;
     for (u64 blk = blockIdx.x; blk < p.bh_count * tiles; blk += gridDim.x) {
         const u64 tile = (p.flags & CAUSAL) ? tiles - 1 - blk % tiles : blk % tiles;
         const u64 bh = blk / tiles, b = bh / p.heads, h = bh % p.heads, i0 = tile * ROWS;
-        const u64 row0 = i0 + 16 * warp + g;
+        const u64 warp_row0 = i0 + WARP_ROWS * warp; // row tile m: WARP_ROWS * warp + 16 m
         const u64 end = key_end(p, lengths, b);
         const u64 stop = (p.flags & CAUSAL) && i0 + ROWS < end ? i0 + ROWS : end;
         const u64 steps = (stop + COLS - 1) / COLS;
-        const u64 warp_stop = (p.flags & CAUSAL) ? i0 + 16 * warp + 16 : stop; // as in the forward
+        const u64 warp_stop = (p.flags & CAUSAL) ? warp_row0 + WARP_ROWS : stop; // as in the forward
         __syncthreads();
         stage_bits<ROWS>(tiles_smem, q, qv, b, h, i0, p.nq, p.d);
         stage_bits<ROWS>(tiles_smem + ROWS, d_o, dov, b, h, i0, p.nq, p.dv);
@@ -423,22 +443,28 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 if (i < p.nq) delta[bh * p.nq + i] = dl;
             }
         }
-        u32 qa[KSTEPS][4], da[KSTEPS][4];
-        a_frags(qa, tiles_smem, 16 * warp);
-        a_frags(da, tiles_smem, ROWS + 16 * warp);
-        __syncthreads();
-        float shift[2], dl[2];
+        u32 qa[MT][KSTEPS][4], da[MT][KSTEPS][4];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const u64 i = row0 + 8 * r;
-            shift[r] = i < p.nq ? lse_shift(lse[bh * p.nq + i]) * LOG2E : 0.0f;
-            dl[r] = deltas[16 * warp + g + 8 * r];
+        for (int mt = 0; mt < MT; ++mt) {
+            a_frags(qa[mt], tiles_smem, WARP_ROWS * warp + 16 * mt);
+            a_frags(da[mt], tiles_smem, ROWS + WARP_ROWS * warp + 16 * mt);
         }
+        __syncthreads();
+        float shift[MT][2], dl[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const u64 i = warp_row0 + 16 * mt + g + 8 * r;
+                shift[mt][r] = i < p.nq ? lse_shift(lse[bh * p.nq + i]) * LOG2E : 0.0f;
+                dl[mt][r] = deltas[WARP_ROWS * warp + 16 * mt + g + 8 * r];
+            }
         if (steps > 0) {
             issue_keys(tiles_smem, tiles_smem + COLS, k, kv, v, vv, p, b, h, 0);
         }
-        float acc[FTILES][4];
-        zero(acc);
+        float acc[MT][FTILES][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) zero(acc[mt]);
         for (u64 step = 0; step < steps; ++step) {
             const u64 j0 = step * COLS;
             h16(*ks)[LDS] = tiles_smem + step % 2 * 2 * COLS;
@@ -449,26 +475,27 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             }
             wait_tile(step + 1 < steps);
             if (j0 < warp_stop) {
-                float s[STILES][4], dp[STILES][4];
-                zero(s);
-                zero(dp);
-                mma_rows(s, qa, ks, 0);
-                mma_rows(dp, da, vs, 0);
-                const bool masked = needs_mask(p, i0 + 16 * warp, 16, j0, COLS, end);
+                float s[MT][STILES][4], dp[MT][STILES][4];
 #pragma unroll
-                for (int n = 0; n < STILES; ++n)
+                for (int mt = 0; mt < MT; ++mt) {
+                    zero(s[mt]);
+                    zero(dp[mt]);
+                }
+                mma_rows_m(s, qa, ks, 0);
+                mma_rows_m(dp, da, vs, 0);
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
-                        const float x = tile_score2(masked, p, s[n][e], scale2, i, j, end, bias, bv, b, h);
-                        const float pr = exp2f(x - shift[e / 2]);
-                        s[n][e] = !masked || (i < p.nq && j < p.nk) ? pr * (dp[n][e] - dl[e / 2]) : 0.0f;
-                    }
-                mma_fragments(acc, s, ks);
+                for (int mt = 0; mt < MT; ++mt) {
+                    const u64 tile_row0 = warp_row0 + 16 * mt;
+                    const bool masked = needs_mask(p, tile_row0, 16, j0, COLS, end);
+                    ds_tile(s[mt], dp[mt], shift[mt], dl[mt], masked, p, scale2, tile_row0 + g, j0, end, bias, bv, b, h);
+                }
+                mma_fragments_m(acc, s, ks);
             }
             __syncthreads();
         }
-        store_rows(dq + bh * p.nq * p.d, acc, (float)p.scale, i0 + 16 * warp, p.nq, p.d);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+            store_rows(dq + bh * p.nq * p.d, acc[mt], (float)p.scale, warp_row0 + 16 * mt, p.nq, p.d);
     }
 }
 #endif

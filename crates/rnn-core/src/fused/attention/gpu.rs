@@ -9,7 +9,7 @@
 //! need no copies; the mask flags are `Info` words, not variants.
 //!
 //! On CUDA, f16 / bf16 attention has kernels of its own (attention_mma.cu, sm_80 and later): a
-//! warp per 16 rows (32 in the forward at dmax <= 64, see `warp_rows`), the tile products as
+//! warp per 16 rows (32 in the forward and the dq pass at dmax <= 64, see `warp_rows`), the tile products as
 //! mma.m16n8k16 with f32 accumulators, the softmax on
 //! the fragments in registers. Their backward can also run FlashAttention-2's single pass
 //! (`AttentionBackward::atomic_dq`, see `crate::set_attention_atomic_dq`): a prologue (delta,
@@ -123,10 +123,14 @@ fn mma(target: &Target, dtype: DType) -> bool {
 /// (static), and the accumulators, fragments and scores the registers without spilling
 /// (`tests/cuda_kernels.rs` fails on any spill in the assembler's report): hence narrower
 /// steps at dmax 128 and in the dq pass (which holds both Q's and dO's fragments; 64 columns
-/// spilled), fewer rows in the dk / dv pass (four tiles), and 32 columns in the forward at
-/// dmax 64, whose warps hold two row tiles (64 columns spilled 52 bytes; 236 registers at
-/// 32). At dmax 128 two row tiles spill even at 32 columns (their output accumulators alone
-/// take 128 registers), so there a warp keeps one. The forward's blocks hold 128
+/// spilled), fewer rows in the dk / dv pass (four tiles), and at dmax 64 32 columns in the
+/// forward and 16 in the dq pass, whose warps hold two row tiles there (the forward spilled
+/// 52 bytes at 64 columns, the dq pass 8 at 32; `ptxas` reports 236 and 252 registers at
+/// the tiles chosen). At dmax 128 two row tiles spill even at 32 columns (their output
+/// accumulators alone take 128 registers), so there a warp keeps one. The dk / dv pass keeps
+/// one: it reloads its K and V fragments every step, and with two row tiles its
+/// accumulators leave room for 16 columns only, which would save a fifth of its
+/// shared-memory reads per product (320 -> 256 bytes at dmax 64), not half. The forward's blocks hold 128
 /// query rows (8 warps), as FlashAttention-2's do: each K / V tile staged then serves twice
 /// the rows of a 64-row block, which halves the K / V reads from L2 per FLOP (at N = 16384,
 /// D = 128, B x H = 32: 64 GB per forward with 64-row blocks). Its queries are staged in the
@@ -142,7 +146,8 @@ fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
         (Pass::Forward, 64) => (128, 32),
         (Pass::Forward, _) => (128, 64),
         (Pass::Dq, 128) => (64, 16),
-        (Pass::Dq, _) => (64, 32),
+        (Pass::Dq, 64) => (128, 16),
+        (Pass::Dq, _) => (128, 32),
         // The atomic pass adds a dS tile in shared memory and the dq product's accumulators
         // (2 feature tiles at a time) to the dk / dv pass: the same tiles fit.
         (Pass::DkDv | Pass::DkDvDq, 128) => (32, 16),
@@ -152,13 +157,14 @@ fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
     }
 }
 
-/// Rows a warp owns in an mma kernel: 16 (one row tile), or in the forward 32, so that
-/// every K / V fragment a warp loads from shared memory serves two row tiles' products.
+/// Rows a warp owns in an mma kernel: 16 (one row tile), or in the forward and the dq pass
+/// 32 where the registers hold two row tiles, so that every K / V fragment a warp loads from
+/// shared memory serves both tiles' products.
 /// (With 16, ldmatrix moves 256 bytes per mma.m16n8k16, which at 128 bytes per clock of
 /// shared memory takes longer than the tensor cores take for the product.)
 fn warp_rows(pass: Pass, dmax: usize) -> usize {
     match (pass, dmax) {
-        (Pass::Forward, 32 | 64) => 32,
+        (Pass::Forward | Pass::Dq, 32 | 64) => 32,
         _ => 16,
     }
 }

@@ -67,13 +67,19 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
 /// `kernel`, or (at sm_90, as the backend compiles it) spills registers to local memory: a
 /// spill costs a memory round trip inside the kernel's loops, so a variant that spills is
 /// to be given smaller tiles, not shipped. The attention kernels' register counts are
-/// printed, their budget being the tightest.
+/// printed, their budget being the tightest. With `RNN_DUMP_CUBINS=<folder>`, every sm_90
+/// CUBIN is also written there (`attention_fwd_bf16_d64.cubin`, ...), to be read with
+/// `nvdisasm -c` (pip package `nvidia-cuda-nvdisasm`).
 fn compile(arch: &str, name: &str, source: &str) -> Option<String> {
     let compiled = match arch {
         "sm_90" => rnn_core::cuda::compile_cubin_with_report(source, arch).map(|(cubin, report)| {
             if name.starts_with("attention/") {
                 let used = report.lines().find(|l| l.contains("Used")).unwrap_or("no register report");
                 eprintln!("{name}: {}", used.trim());
+            }
+            if let Ok(folder) = std::env::var("RNN_DUMP_CUBINS") {
+                let file = std::path::Path::new(&folder).join(format!("{}.cubin", name.replace('/', "_")));
+                std::fs::write(&file, &cubin).unwrap_or_else(|e| panic!("writing {}: {e}", file.display()));
             }
             (cubin, spills(&report))
         }),

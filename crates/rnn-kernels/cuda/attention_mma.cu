@@ -503,6 +503,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #if (PASS == 2 || PASS == 4) && MMA
 #define STILES (COLS / 8)
 #define DQ_ATOMIC (PASS == 4)
+// Whether the warp's K and V fragments stay in registers for the whole query loop (at
+// DMAX 128 they would spill beside dK's and dV's accumulators).
+#define HOLD_KV (DMAX <= 64)
 #if DQ_ATOMIC
 // The dq product's split of the work: warp w takes the 16 queries of group w % QGROUPS and
 // the PART_TILES feature tiles of part w / QGROUPS, CHUNK tiles at a time (fewer live
@@ -608,6 +611,15 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         float dk_acc[FTILES][4], dv_acc[FTILES][4];
         zero(dk_acc);
         zero(dv_acc);
+        // The A fragments of the warp's K and V rows: loaded once where the registers hold
+        // them beside the accumulators (HOLD_KV), else again at every step.
+        u32 ka[KSTEPS][4], va[KSTEPS][4];
+        if (HOLD_KV && steps > 0) {
+            cp_async_wait<1>(); // the K / V group; the first query tile's may stay in flight
+            __syncthreads();
+            a_frags(ka, ks, 16 * warp);
+            a_frags(va, vs, 16 * warp);
+        }
         for (u64 step = 0; step < steps; ++step) {
             const u64 i0 = first + step * COLS, buf = step % 2;
             h16(*qs)[LDS] = qdo + buf * 2 * COLS;
@@ -619,13 +631,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             float s[STILES][4], dp[STILES][4];
             zero(s);
             zero(dp);
-            {
-                u32 a[KSTEPS][4];
-                a_frags(a, ks, 16 * warp);
-                mma_rows(s, a, qs, 0);
-                a_frags(a, vs, 16 * warp);
-                mma_rows(dp, a, dos, 0);
-            }
+            if (!HOLD_KV) a_frags(ka, ks, 16 * warp);
+            mma_rows(s, ka, qs, 0);
+            if (!HOLD_KV) a_frags(va, vs, 16 * warp);
+            mma_rows(dp, va, dos, 0);
             const bool masked = needs_mask(p, i0, COLS, j0, ROWS, end);
 #pragma unroll
             for (int n = 0; n < STILES; ++n)

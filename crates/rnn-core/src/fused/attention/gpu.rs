@@ -128,9 +128,9 @@ fn mma(target: &Target, dtype: DType) -> bool {
 /// 52 bytes at 64 columns, the dq pass 8 at 32; `ptxas` reports 236 and 252 registers at
 /// the tiles chosen). At dmax 128 two row tiles spill even at 32 columns (their output
 /// accumulators alone take 128 registers), so there a warp keeps one. The dk / dv pass keeps
-/// one: it reloads its K and V fragments every step, and with two row tiles its
-/// accumulators leave room for 16 columns only, which would save a fifth of its
-/// shared-memory reads per product (320 -> 256 bytes at dmax 64), not half. The forward's blocks hold 128
+/// one too: its K and V rows are the A operands, which at dmax <= 64 stay in registers for
+/// the whole query loop (`HOLD_KV`: 256 bytes of shared memory per product instead of 320),
+/// and two row tiles would leave room for 16 columns only. The forward's blocks hold 128
 /// query rows (8 warps), as FlashAttention-2's do: each K / V tile staged then serves twice
 /// the rows of a 64-row block, which halves the K / V reads from L2 per FLOP (at N = 16384,
 /// D = 128, B x H = 32: 64 GB per forward with 64-row blocks). Its queries are staged in the

@@ -1,12 +1,14 @@
 // Attention on tensor cores (f16 / bf16, sm_80+; MMA in attention.cu, whose helpers these
 // kernels use). Warps own row tiles of 16 rows: one each, or two in the forward and the dq
-// pass at DMAX <= 64 (every K / V fragment then serves both); the tile products run as mma.m16n8k16 with f32
-// accumulators (mma.cuh, whose fragment layouts these kernels follow: a thread holds rows g
-// and g + 8 of each 16-row tile, and columns 2t, 2t + 1 of each 8-column tile). Operand tiles are
-// staged in shared memory in T, in rows of DMAX + 8 values, so that the 8 rows one ldmatrix
-// reads start on distinct banks; fragments of a block's own rows are loaded once into
-// registers. Scores are kept in base 2 (times log2(e)), so that every exponential is one
-// exp2; masking, NaN and fully masked rows follow the scalar kernels.
+// pass at DMAX <= 64 (every K / V fragment then serves both); the tile products run as
+// mma.m16n8k16 with f32 accumulators (mma.cuh, whose fragment layouts these kernels follow: a
+// thread holds rows g and g + 8 of each 16-row tile, and columns 2t, 2t + 1 of each 8-column
+// tile). Operand tiles are staged in shared memory in T, in rows of DMAX + 8 values, so that
+// the 8 rows one ldmatrix reads start on distinct banks; fragments of a block's own rows are
+// loaded once into registers. Scores are kept in base 2 (times log2(e)), so that every
+// exponential is one ex2.approx (exp2_approx) and every max one max.NaN (max_nan); the score
+// loops are compiled twice (with_mask), so that tiles no mask reaches run them without a
+// branch; masking, NaN and fully masked rows follow the scalar kernels.
 //   PASS 0, forward: ROWS queries per block, key tiles of COLS; the online softmax runs on the
 //     score fragments; the row sums are reduced across the row's 4 threads once, at the end.
 //   PASS 1, backward dq (and delta = rowsum(dO * O)): ROWS queries, key tiles of COLS:
@@ -95,8 +97,23 @@ __device__ __forceinline__ bool needs_mask(const Problem& p, u64 i0, u64 ni, u64
 }
 
 __device__ __forceinline__ float quad_max(float x) {
-    x = nan_max(x, __shfl_xor_sync(0xffffffffu, x, 1));
-    return nan_max(x, __shfl_xor_sync(0xffffffffu, x, 2));
+    x = max_nan(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return max_nan(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+// A compile-time flag, for `with_mask`.
+template <bool B> struct Flag {
+    static const bool value = B;
+};
+
+// Runs `f(Flag<masked>())`: the score loops are compiled twice, the masks' per-element
+// checks only in the copy for the tiles that need them (see needs_mask), so that the other
+// tiles' loops have no branches.
+template <typename F> __device__ __forceinline__ void with_mask(bool masked, F&& f) {
+    if (masked)
+        f(Flag<true>());
+    else
+        f(Flag<false>());
 }
 
 __device__ __forceinline__ float quad_sum(float x) {
@@ -203,9 +220,10 @@ __device__ __forceinline__ float score2(const Problem& p, float dot, float scale
 }
 
 // The base-2 score, through the masks only where the tile needs them (see needs_mask).
-__device__ __forceinline__ float tile_score2(bool masked, const Problem& p, float dot, float scale2, u64 i, u64 j,
-                                             u64 end, const T* bias, const View& bv, u64 b, u64 h) {
-    return masked ? score2(p, dot, scale2, i, j, end, bias, bv, b, h) : dot * scale2;
+template <bool MASKED>
+__device__ __forceinline__ float tile_score2(const Problem& p, float dot, float scale2, u64 i, u64 j, u64 end,
+                                             const T* bias, const View& bv, u64 b, u64 h) {
+    return MASKED ? score2(p, dot, scale2, i, j, end, bias, bv, b, h) : dot * scale2;
 }
 
 // Issues the copies of the key tile at `j0` (K into `ks`, V into `vs`) as one group.
@@ -253,12 +271,12 @@ static_assert(WARP_ROWS % 16 == 0 && ROWS % WARP_ROWS == 0, "whole 16-row tiles 
 #define KV_ROWS (4 * COLS)
 
 // The online-softmax step of one key tile for the 16 rows of a row tile (this thread's rows
-// row0 and row0 + 8): the products in `s` become base-2 scores (masked where `masked`), then
+// row0 and row0 + 8): the products in `s` become base-2 scores (masked if MASKED), then
 // probabilities against the new running max; `o` and the row sums `l` are rescaled to it.
+template <bool MASKED>
 __device__ __forceinline__ void softmax_tile(float (&s)[STILES][4], float (&o)[FTILES][4], float (&m)[2],
-                                             float (&shift)[2], float (&l)[2], bool masked, const Problem& p,
-                                             float scale2, u64 row0, u64 j0, u64 end, const T* bias, const View& bv,
-                                             u64 b, u64 h) {
+                                             float (&shift)[2], float (&l)[2], const Problem& p, float scale2,
+                                             u64 row0, u64 j0, u64 end, const T* bias, const View& bv, u64 b, u64 h) {
     const u32 t = threadIdx.x % 4;
     float tile_max[2] = {neg_inf(), neg_inf()};
 #pragma unroll
@@ -266,15 +284,15 @@ __device__ __forceinline__ void softmax_tile(float (&s)[STILES][4], float (&o)[F
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
-            s[n][e] = tile_score2(masked, p, s[n][e], scale2, i, j, end, bias, bv, b, h);
-            tile_max[e / 2] = nan_max(tile_max[e / 2], s[n][e]);
+            s[n][e] = tile_score2<MASKED>(p, s[n][e], scale2, i, j, end, bias, bv, b, h);
+            tile_max[e / 2] = max_nan(tile_max[e / 2], s[n][e]);
         }
     float alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const float m_new = nan_max(m[r], quad_max(tile_max[r]));
+        const float m_new = max_nan(m[r], quad_max(tile_max[r]));
         const float shift_new = m_new == neg_inf() ? 0.0f : m_new;
-        alpha[r] = exp2f(m[r] - shift_new);
+        alpha[r] = exp2_approx(m[r] - shift_new);
         m[r] = m_new;
         shift[r] = shift_new;
         l[r] *= alpha[r];
@@ -287,7 +305,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[STILES][4], float (&o)[F
     for (int n = 0; n < STILES; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            s[n][e] = exp2f(s[n][e] - shift[e / 2]);
+            s[n][e] = exp2_approx(s[n][e] - shift[e / 2]);
             l[e / 2] += s[n][e];
         }
 }
@@ -368,9 +386,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     const u64 tile_row0 = warp_row0 + 16 * mt;
-                    const bool masked = needs_mask(p, tile_row0, 16, j0, COLS, end);
-                    softmax_tile(s[mt], o[mt], m[mt], shift[mt], l[mt], masked, p, scale2, tile_row0 + g, j0, end, bias,
-                                 bv, b, h);
+                    with_mask(needs_mask(p, tile_row0, 16, j0, COLS, end), [&](auto masked) {
+                        softmax_tile<decltype(masked)::value>(s[mt], o[mt], m[mt], shift[mt], l[mt], p, scale2,
+                                                              tile_row0 + g, j0, end, bias, bv, b, h);
+                    });
                 }
                 mma_fragments_m(o, s, vs);
             }
@@ -389,18 +408,19 @@ static_assert(WARP_ROWS % 16 == 0 && ROWS % WARP_ROWS == 0, "whole 16-row tiles 
 
 // dS = P (dP - delta) of one key tile for the 16 rows of a row tile (this thread's rows row0
 // and row0 + 8), written over the products S in `s`; dP in `dp`.
+template <bool MASKED>
 __device__ __forceinline__ void ds_tile(float (&s)[STILES][4], const float (&dp)[STILES][4], const float (&shift)[2],
-                                        const float (&dl)[2], bool masked, const Problem& p, float scale2, u64 row0,
-                                        u64 j0, u64 end, const T* bias, const View& bv, u64 b, u64 h) {
+                                        const float (&dl)[2], const Problem& p, float scale2, u64 row0, u64 j0,
+                                        u64 end, const T* bias, const View& bv, u64 b, u64 h) {
     const u32 t = threadIdx.x % 4;
 #pragma unroll
     for (int n = 0; n < STILES; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const u64 i = row0 + e / 2 * 8, j = j0 + 8 * n + 2 * t + e % 2;
-            const float x = tile_score2(masked, p, s[n][e], scale2, i, j, end, bias, bv, b, h);
-            const float pr = exp2f(x - shift[e / 2]);
-            s[n][e] = !masked || (i < p.nq && j < p.nk) ? pr * (dp[n][e] - dl[e / 2]) : 0.0f;
+            const float x = tile_score2<MASKED>(p, s[n][e], scale2, i, j, end, bias, bv, b, h);
+            const float pr = exp2_approx(x - shift[e / 2]);
+            s[n][e] = !MASKED || (i < p.nq && j < p.nk) ? pr * (dp[n][e] - dl[e / 2]) : 0.0f;
         }
 }
 
@@ -486,8 +506,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     const u64 tile_row0 = warp_row0 + 16 * mt;
-                    const bool masked = needs_mask(p, tile_row0, 16, j0, COLS, end);
-                    ds_tile(s[mt], dp[mt], shift[mt], dl[mt], masked, p, scale2, tile_row0 + g, j0, end, bias, bv, b, h);
+                    with_mask(needs_mask(p, tile_row0, 16, j0, COLS, end), [&](auto masked) {
+                        ds_tile<decltype(masked)::value>(s[mt], dp[mt], shift[mt], dl[mt], p, scale2, tile_row0 + g, j0,
+                                                         end, bias, bv, b, h);
+                    });
                 }
                 mma_fragments_m(acc, s, ks);
             }
@@ -635,24 +657,28 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             mma_rows(s, ka, qs, 0);
             if (!HOLD_KV) a_frags(va, vs, 16 * warp);
             mma_rows(dp, va, dos, 0);
-            const bool masked = needs_mask(p, i0, COLS, j0, ROWS, end);
+            // P^T over S^T and dS^T over dP^T; the bias gradient (a bias masks every tile, see
+            // needs_mask) and the atomic pass's dS tile written on the way.
+            with_mask(needs_mask(p, i0, COLS, j0, ROWS, end), [&](auto masked) {
+                constexpr bool MASKED = decltype(masked)::value;
 #pragma unroll
-            for (int n = 0; n < STILES; ++n)
+                for (int n = 0; n < STILES; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const u32 ii = 8 * n + 2 * t + e % 2;
-                    const u64 j = col0 + e / 2 * 8, i = i0 + ii;
-                    const bool in = !masked || (i < p.nq && j < p.nk);
-                    const float x = tile_score2(masked, p, s[n][e], scale2, i, j, end, bias, bv, b, h);
-                    const float pr = in ? exp2f(x - shifts[buf][ii]) : 0.0f;
-                    const float ds = in ? pr * (dp[n][e] - deltas[buf][ii]) : 0.0f;
-                    if (bias_grad && in) dbias[(bh * p.nq + i) * p.nk + j] = store<T, float>(ds);
-                    s[n][e] = pr;
-                    dp[n][e] = ds;
+                    for (int e = 0; e < 4; ++e) {
+                        const u32 ii = 8 * n + 2 * t + e % 2;
+                        const u64 j = col0 + e / 2 * 8, i = i0 + ii;
+                        const bool in = !MASKED || (i < p.nq && j < p.nk);
+                        const float x = tile_score2<MASKED>(p, s[n][e], scale2, i, j, end, bias, bv, b, h);
+                        const float pr = in ? exp2_approx(x - shifts[buf][ii]) : 0.0f;
+                        const float ds = in ? pr * (dp[n][e] - deltas[buf][ii]) : 0.0f;
+                        if (MASKED && bias_grad && in) dbias[(bh * p.nq + i) * p.nk + j] = store<T, float>(ds);
+                        s[n][e] = pr;
+                        dp[n][e] = ds;
 #if DQ_ATOMIC
-                    ds_tile[ii][16 * warp + g + 8 * (e / 2)] = bits16(store<T, float>(ds));
+                        ds_tile[ii][16 * warp + g + 8 * (e / 2)] = bits16(store<T, float>(ds));
 #endif
-                }
+                    }
+            });
             mma_fragments(dv_acc, s, dos);
             mma_fragments(dk_acc, dp, qs);
 #if DQ_ATOMIC

@@ -62,3 +62,21 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 #endif
+
+// Float helpers of the attention kernels' score loops, one instruction each on sm_80+ where
+// CUDA C spends a branch or a range fix-up: the max that propagates NaN (`max.NaN`, any NaN
+// operand gives NaN, as PyTorch's max), and 2^x as the multi-function unit computes it
+// (`ex2.approx.ftz`: about 2 ulp, results below 2^-126 flushed to zero, as FlashAttention's
+// softmax computes it). The emulator's shim defines the same with these semantics.
+#ifndef RNN_EMU_CUDA_SHIM_H
+__device__ __forceinline__ float max_nan(float a, float b) {
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+__device__ __forceinline__ float exp2_approx(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+#endif

@@ -163,3 +163,12 @@ template <int N> inline void cp_async_wait() {
     const unsigned oldest_kept = q.commits > (unsigned)N ? q.commits - N : 0;
     land(q, [&](const PendingCopy& c) { return c.group >= oldest_kept; });
 }
+
+// mma.cuh's max_nan (PTX max.NaN.f32) and exp2_approx (ex2.approx.ftz.f32): the NaN-propagating
+// max, and 2^x with results below the smallest normal flushed to zero (the hardware's
+// approximation error, about 2 ulp, is not modelled: exp2f is exact to 1 ulp).
+inline float max_nan(float a, float b) { return (a != a || b != b) ? NAN : (b > a ? b : a); }
+inline float exp2_approx(float x) {
+    const float r = ::exp2f(x);
+    return r < FLT_MIN ? 0.0f : r;
+}

@@ -64,11 +64,17 @@ template <int COUNT>
 __device__ __forceinline__ void stage_async(h16 (*tile)[LDS], const T* x, const View& v, u64 b, u64 h, u64 n0,
                                             u64 n_end, u64 f) {
     if (vector_rows(v, f)) {
-        for (u32 e = threadIdx.x; e < COUNT * DMAX / 8; e += THREADS) {
-            const u32 r = e / (DMAX / 8), c = e % (DMAX / 8) * 8;
-            const u64 n = n0 + r;
-            if (n < n_end && c < f)
-                cp_async_16(&tile[r][c], x + row_at(v, b, h, n) + c);
+        // A thread copies the same 8 features of every RSTEP-th row: its source address is
+        // computed once, then advanced by RSTEP rows (no 64-bit index products per piece).
+        constexpr u32 PIECES = DMAX / 8, RSTEP = THREADS / PIECES;
+        static_assert(THREADS % PIECES == 0, "whole rows of pieces per pass");
+        const u32 c = threadIdx.x % PIECES * 8, rows = n0 < n_end ? (u32)min(n_end - n0, (u64)COUNT) : 0;
+        u32 r = threadIdx.x / PIECES;
+        const T* src = x + row_at(v, b, h, n0 + r) + c;
+#pragma unroll
+        for (; r < COUNT; r += RSTEP, src += RSTEP * v.s2) {
+            if (r < rows && c < f)
+                cp_async_16(&tile[r][c], src);
             else
                 *(uint4*)&tile[r][c] = make_uint4(0, 0, 0, 0);
         }

@@ -35,6 +35,9 @@
 // rows for the same reason).
 #define WARP_ROWS (ROWS * 32 / THREADS)
 #define MT (WARP_ROWS / 16)
+#if PASS != 3
+static_assert(WARP_ROWS % 16 == 0 && ROWS % WARP_ROWS == 0, "whole 16-row tiles per warp");
+#endif
 
 typedef unsigned short h16;
 
@@ -272,7 +275,6 @@ __device__ __forceinline__ void store_rows(T* out, const float (&x)[FTILES][4], 
 
 #if PASS == 0 && MMA
 #define STILES (COLS / 8)
-static_assert(WARP_ROWS % 16 == 0 && ROWS % WARP_ROWS == 0, "whole 16-row tiles per warp");
 // K and V tiles are double-buffered: the copies of tile t + 1 run while tile t is multiplied.
 #define KV_ROWS (4 * COLS)
 
@@ -410,7 +412,6 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #if PASS == 1 && MMA
 #define STILES (COLS / 8)
 #define SMEM_ROWS (2 * ROWS > 4 * COLS ? 2 * ROWS : 4 * COLS)
-static_assert(WARP_ROWS % 16 == 0 && ROWS % WARP_ROWS == 0, "whole 16-row tiles per warp");
 
 // dS = P (dP - delta) of one key tile for the 16 rows of a row tile (this thread's rows row0
 // and row0 + 8), written over the products S in `s`; dP in `dp`.

@@ -9,8 +9,8 @@
 //! need no copies; the mask flags are `Info` words, not variants.
 //!
 //! On CUDA, f16 / bf16 attention has kernels of its own (attention_mma.cu, sm_80 and later): a
-//! warp per 16 rows (32 in the forward and the dq pass at dmax <= 64, see `warp_rows`), the tile products as
-//! mma.m16n8k16 with f32 accumulators, the softmax on
+//! warp per 16 rows (32 in the forward and the dq pass at dmax <= 64, see `warp_rows`), the
+//! tile products as mma.m16n8k16 with f32 accumulators, the softmax on
 //! the fragments in registers. Their backward can also run FlashAttention-2's single pass
 //! (`AttentionBackward::atomic_dq`, see `crate::set_attention_atomic_dq`): a prologue (delta,
 //! the f32 dq accumulator zeroed), the dk / dv pass that also adds scale * dS K to the
@@ -160,8 +160,9 @@ fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
 /// Rows a warp owns in an mma kernel: 16 (one row tile), or in the forward and the dq pass
 /// 32 where the registers hold two row tiles, so that every K / V fragment a warp loads from
 /// shared memory serves both tiles' products.
-/// (With 16, ldmatrix moves 256 bytes per mma.m16n8k16, which at 128 bytes per clock of
-/// shared memory takes longer than the tensor cores take for the product.)
+/// (With 16, ldmatrix moves 256 bytes per mma.m16n8k16: at 128 bytes per clock of shared
+/// memory, 2 of the 3 or so clocks a Hopper multiprocessor's tensor cores take per product
+/// under mma.sync, beside the tiles' own copies into shared memory.)
 fn warp_rows(pass: Pass, dmax: usize) -> usize {
     match (pass, dmax) {
         (Pass::Forward | Pass::Dq, 32 | 64) => 32,

@@ -278,9 +278,17 @@ __device__ __forceinline__ void store_rows(T* out, const float (&x)[FTILES][4], 
 // K and V tiles are double-buffered: the copies of tile t + 1 run while tile t is multiplied.
 #define KV_ROWS (4 * COLS)
 
+// How far (base 2) a row's max may rise above the shift its probabilities are taken against
+// before the shift follows it: the probabilities stay below 2^8, and most key tiles leave
+// the shift, the row sums and the output as they are (FlashAttention-4's lazy rescaling).
+// The result is the same: the output is divided by its row sum, and lse = shift + log(sum).
+#define RESCALE_SLACK 8.0f
+
 // The online-softmax step of one key tile for the 16 rows of a row tile (this thread's rows
 // row0 and row0 + 8): the products in `s` become base-2 scores (masked if MASKED), then
-// probabilities against the new running max; `o` and the row sums `l` are rescaled to it.
+// probabilities against the shift, which follows the running max when some row's max rose
+// more than RESCALE_SLACK above it (or had none yet); `o` and the row sums `l` are then
+// rescaled to it.
 template <bool MASKED>
 __device__ __forceinline__ void softmax_tile(float (&s)[STILES][4], float (&o)[FTILES][4], float (&m)[2],
                                              float (&shift)[2], float (&l)[2], const Problem& p, float scale2,
@@ -295,20 +303,30 @@ __device__ __forceinline__ void softmax_tile(float (&s)[STILES][4], float (&o)[F
             s[n][e] = tile_score2<MASKED>(p, s[n][e], scale2, i, j, end, bias, bv, b, h);
             tile_max[e / 2] = max_nan(tile_max[e / 2], s[n][e]);
         }
-    float alpha[2];
+    bool rescale = false;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const float m_new = max_nan(m[r], quad_max(tile_max[r]));
-        const float shift_new = m_new == neg_inf() ? 0.0f : m_new;
-        alpha[r] = exp2_approx(m[r] - shift_new);
+        // A row whose max is still -inf has nothing to rescale (its probabilities are 0); a
+        // NaN max compares false: the row's sum and output become NaN through the exponentials.
+        rescale |= m_new != neg_inf() && (m[r] == neg_inf() || m_new - shift[r] > RESCALE_SLACK);
         m[r] = m_new;
-        shift[r] = shift_new;
-        l[r] *= alpha[r];
     }
+    // Decided for the whole warp, so that its lanes do not diverge.
+    if (__any_sync(0xffffffffu, rescale)) {
+        float alpha[2];
 #pragma unroll
-    for (int f = 0; f < FTILES; ++f)
+        for (int r = 0; r < 2; ++r) {
+            const float shift_new = m[r] == neg_inf() ? 0.0f : m[r];
+            alpha[r] = exp2_approx(shift[r] - shift_new);
+            shift[r] = shift_new;
+            l[r] *= alpha[r];
+        }
 #pragma unroll
-        for (int e = 0; e < 4; ++e) o[f][e] *= alpha[e / 2];
+        for (int f = 0; f < FTILES; ++f)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[f][e] *= alpha[e / 2];
+    }
 #pragma unroll
     for (int n = 0; n < STILES; ++n)
 #pragma unroll

@@ -29,6 +29,10 @@ struct Case {
     strided: bool,
     /// Special values: a NaN in q, +inf in k, a bias row of -inf.
     specials: bool,
+    /// Keys growing along the sequence (row j times 1 + j / 16), so that a row's max rises
+    /// far above the shift the 16-bit forward took its first probabilities against, and
+    /// later key tiles must rescale what it accumulated (RESCALE_SLACK in attention_mma.cu).
+    rising: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -39,7 +43,16 @@ enum BiasKind {
 
 impl Case {
     fn new(dims: [usize; 6]) -> Case {
-        Case { dims, causal: false, lengths: None, bias: None, bias_grad: false, strided: false, specials: false }
+        Case {
+            dims,
+            causal: false,
+            lengths: None,
+            bias: None,
+            bias_grad: false,
+            strided: false,
+            specials: false,
+            rising: false,
+        }
     }
 }
 
@@ -79,6 +92,12 @@ fn inputs(rng: &mut StdRng, c: &Case, dtype: DType) -> Vec<(CpuStorage, Layout)>
     let pick = |s: &'static str| if c.strided { s } else { "contiguous" };
     let (mut q, ql) = input(rng, dtype, [b, h, nq, d], pick("transposed"));
     let (mut k, kl) = input(rng, dtype, [b, h, nk, d], pick("narrowed"));
+    if c.rising {
+        assert!(!c.strided, "rising keys are written contiguous");
+        let grown =
+            values(rng, b * h * nk * d).into_iter().enumerate().map(|(e, x)| x * (1.0 + (e / d % nk) as f64 / 16.0));
+        k = storage(grown.collect(), dtype);
+    }
     let v = input(rng, dtype, [b, h, nk, dv], pick("offset"));
     if c.specials {
         q = set(q, 1, f64::NAN);
@@ -277,6 +296,14 @@ fn edge_cases() -> Vec<Case> {
             c.strided = true;
             c.causal = true;
         }),
+        // Keys growing along the sequence: later key tiles raise the rows' maxima past the
+        // forward's rescaling slack.
+        with([1, 1, 129, 200, 64, 64], &|c| c.rising = true),
+        with([1, 2, 30, 140, 32, 32], &|c| {
+            c.rising = true;
+            c.causal = true;
+        }),
+        with([1, 1, 20, 150, 128, 128], &|c| c.rising = true),
         Case::new([1, 2, 0, 5, 16, 16]),
         Case::new([1, 2, 4, 0, 16, 16]),
         Case::new([0, 2, 4, 5, 16, 16]),

@@ -10,7 +10,7 @@
 // The dq pass is separate from the dk / dv pass (rather than atomic adds of dq from every
 // key tile): both passes own their outputs, so results are deterministic and need no f32
 // scratch buffer, at the price of recomputing the scores once more. On tensor cores the
-// FlashAttention-2 way is there too, as an option (passes 3-5 in attention_mma.cu): one pass
+// FlashAttention-2 way is there too, as an option (passes 3 and 4 in attention_mma.cu): one pass
 // over the scores, dq added with f32 atomics.
 //
 // Every ROWS-row is handled by TPR threads of one warp: each computes the scores of COLS/TPR

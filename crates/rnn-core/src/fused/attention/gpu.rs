@@ -10,8 +10,8 @@
 //!
 //! On CUDA, f16 / bf16 attention has kernels of its own (attention_mma.cu, sm_80 and later): a
 //! warp per 16 rows (32 in the forward and the dq pass at dmax <= 64, see `warp_rows`), the
-//! tile products as mma.m16n8k16 with f32 accumulators, the softmax on
-//! the fragments in registers. Their backward can also run FlashAttention-2's single pass
+//! tile products as mma.m16n8k16 with f32 accumulators, the softmax on the fragments in
+//! registers. Their backward can also run FlashAttention-2's single pass
 //! (`AttentionBackward::atomic_dq`, see `crate::set_attention_atomic_dq`): a prologue (delta,
 //! the f32 dq accumulator zeroed), the dk / dv pass that also adds scale * dS K to the
 //! accumulator with atomics, and a copy that rounds it into dq.

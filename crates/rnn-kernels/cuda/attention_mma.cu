@@ -318,7 +318,11 @@ __device__ __forceinline__ void softmax_tile(float (&s)[STILES][4], float (&o)[F
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const float shift_new = m[r] == neg_inf() ? 0.0f : m[r];
-            alpha[r] = exp2_approx(shift[r] - shift_new);
+            // The shift only rises, but from its start at 0 (a row without a finite score
+            // yet, whose sum and output are 0) it may fall far: exp2 of the fall is inf
+            // there, and 0 * inf NaN. So alpha <= 1 (fminf keeps 1 for a NaN shift, which
+            // makes the row NaN through its probabilities).
+            alpha[r] = fminf(exp2_approx(shift[r] - shift_new), 1.0f);
             shift[r] = shift_new;
             l[r] *= alpha[r];
         }

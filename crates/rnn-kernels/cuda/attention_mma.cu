@@ -1,11 +1,12 @@
 // Attention on tensor cores (f16 / bf16, sm_80+; MMA in attention.cu, whose helpers these
-// kernels use). Warps own row tiles of 16 rows: one each, or two in the forward and the dq
+// kernels use). Warps own row tiles of 16 rows: one each, or two in the forward and in the dq
 // pass at DMAX <= 64 (every K / V fragment then serves both); the tile products run as
 // mma.m16n8k16 with f32 accumulators (mma.cuh, whose fragment layouts these kernels follow: a
 // thread holds rows g and g + 8 of each 16-row tile, and columns 2t, 2t + 1 of each 8-column
 // tile). Operand tiles are staged in shared memory in T, in rows of DMAX + 8 values, so that
 // the 8 rows one ldmatrix reads start on distinct banks; fragments of a block's own rows are
-// loaded once into registers. Scores are kept in base 2 (times log2(e)), so that every
+// loaded once into registers, but for the forward's queries at DMAX 128 (Q_SHARED), which
+// stay in shared memory (dynamic: SHARED_BYTES) and are read at every key step. Scores are kept in base 2 (times log2(e)), so that every
 // exponential is one ex2.approx (exp2_approx) and every max one max.NaN (max_nan); the score
 // loops are compiled twice (with_mask), so that tiles no mask reaches run them without a
 // branch; masking, NaN and fully masked rows follow the scalar kernels.
@@ -60,23 +61,36 @@ __device__ __forceinline__ bool vector_rows(const View& v, u64 f) {
     return v.s3 == 1 && ((v.off | v.s0 | v.s1 | v.s2 | f) & 7) == 0;
 }
 
-// Starts copying rows [n0, n0 + COUNT) of a view into a zero-padded [COUNT][LDS] tile of T's
-// bits (features < f, rows < n_end): cp.async for rows of 16-byte pieces, plain loads
+// The rows of a view for one (batch, head) pair: the address of its row 0, the row and
+// feature strides, the features to copy (`f`) and whether rows can be read 16 bytes at a
+// time (vector_rows). Built once per block: the copies inside the tile loops then hold one
+// pointer, not the batch and head index arithmetic (registers the DMAX 128 forward lacks).
+struct Rows {
+    const T* x;
+    u64 s2, s3, f;
+    bool vector;
+};
+
+__device__ __forceinline__ Rows rows_of(const T* x, const View& v, u64 b, u64 h, u64 f) {
+    return Rows{x + row_at(v, b, h, 0), v.s2, v.s3, f, vector_rows(v, f)};
+}
+
+// Starts copying rows [n0, n0 + COUNT) of `x` into a zero-padded [COUNT][LDS] tile of T's
+// bits (features < x.f, rows < n_end): cp.async for rows of 16-byte pieces, plain loads
 // otherwise. The caller commits the copies and waits for them.
 template <int COUNT>
-__device__ __forceinline__ void stage_async(h16 (*tile)[LDS], const T* x, const View& v, u64 b, u64 h, u64 n0,
-                                            u64 n_end, u64 f) {
-    if (vector_rows(v, f)) {
+__device__ __forceinline__ void stage_async(h16 (*tile)[LDS], const Rows& x, u64 n0, u64 n_end) {
+    if (x.vector) {
         // A thread copies the same 8 features of every RSTEP-th row: its source address is
         // computed once, then advanced by RSTEP rows (no 64-bit index products per piece).
         constexpr u32 PIECES = DMAX / 8, RSTEP = THREADS / PIECES;
         static_assert(THREADS % PIECES == 0, "whole rows of pieces per pass");
         const u32 c = threadIdx.x % PIECES * 8, rows = n0 < n_end ? (u32)min(n_end - n0, (u64)COUNT) : 0;
         u32 r = threadIdx.x / PIECES;
-        const T* src = x + row_at(v, b, h, n0 + r) + c;
+        const T* src = x.x + (n0 + r) * x.s2 + c;
 #pragma unroll
-        for (; r < COUNT; r += RSTEP, src += RSTEP * v.s2) {
-            if (r < rows && c < f)
+        for (; r < COUNT; r += RSTEP, src += RSTEP * x.s2) {
+            if (r < rows && c < x.f)
                 cp_async_16(&tile[r][c], src);
             else
                 *(uint4*)&tile[r][c] = make_uint4(0, 0, 0, 0);
@@ -85,16 +99,14 @@ __device__ __forceinline__ void stage_async(h16 (*tile)[LDS], const T* x, const 
         for (u32 e = threadIdx.x; e < COUNT * DMAX; e += THREADS) {
             const u32 r = e / DMAX, c = e % DMAX;
             const u64 n = n0 + r;
-            tile[r][c] = (n < n_end && c < f) ? bits16(x[row_at(v, b, h, n) + c * v.s3]) : (h16)0;
+            tile[r][c] = (n < n_end && c < x.f) ? bits16(x.x[n * x.s2 + c * x.s3]) : (h16)0;
         }
     }
 }
 
 // The same, waited for (by this thread: a barrier must follow).
-template <int COUNT>
-__device__ __forceinline__ void stage_bits(h16 (*tile)[LDS], const T* x, const View& v, u64 b, u64 h, u64 n0,
-                                           u64 n_end, u64 f) {
-    stage_async<COUNT>(tile, x, v, b, h, n0, n_end, f);
+template <int COUNT> __device__ __forceinline__ void stage_bits(h16 (*tile)[LDS], const Rows& x, u64 n0, u64 n_end) {
+    stage_async<COUNT>(tile, x, n0, n_end);
     cp_async_commit();
     cp_async_wait<0>();
 }
@@ -130,11 +142,16 @@ __device__ __forceinline__ float quad_sum(float x) {
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// The A fragment of rows [row0, row0 + 16) and features [16 s, 16 s + 16) of `tile`.
+__device__ __forceinline__ void a_frag(u32 (&a)[4], h16 (*tile)[LDS], u32 row0, int s) {
+    const u32 lane = threadIdx.x % 32;
+    ldsm_x4(a, &tile[row0 + lane / 8 % 2 * 8 + lane % 8][16 * s + lane / 16 * 8]);
+}
+
 // A fragments of rows [row0, row0 + 16) of `tile` over all DMAX features.
 __device__ __forceinline__ void a_frags(u32 (&a)[KSTEPS][4], h16 (*tile)[LDS], u32 row0) {
-    const u32 lane = threadIdx.x % 32;
 #pragma unroll
-    for (int s = 0; s < KSTEPS; ++s) ldsm_x4(a[s], &tile[row0 + lane / 8 % 2 * 8 + lane % 8][16 * s + lane / 16 * 8]);
+    for (int s = 0; s < KSTEPS; ++s) a_frag(a[s], tile, row0, s);
 }
 
 // acc[m][n] += A[m] x^T for RT row tiles A[m] (16 rows each) and the NT 8-row tiles of `tile`
@@ -157,6 +174,34 @@ __device__ __forceinline__ void mma_rows_m(float (&acc)[RT][NT][4], const u32 (&
                 mma_16816<BF16>(acc[m][n], a[m][2 * kp + 1], b1);
             }
         }
+}
+
+// mma_rows_m with the A fragments read from `a_tile` (the RT row tiles from a_row0) one
+// feature step at a time, as the products need them (FlashAttention-2's way at head
+// dimension 128, where holding them would take 64 registers more for two row tiles); each
+// ldmatrix of `tile` then brings two 8-row tiles of one step. NT is even.
+template <int RT, int NT>
+__device__ __forceinline__ void mma_rows_shared_m(float (&acc)[RT][NT][4], h16 (*a_tile)[LDS], u32 a_row0,
+                                                  h16 (*tile)[LDS], u32 row0) {
+    static_assert(NT % 2 == 0, "8-row tiles in pairs");
+    const u32 lane = threadIdx.x % 32;
+#pragma unroll
+    for (int s = 0; s < KSTEPS; ++s) {
+        u32 a[RT][4];
+#pragma unroll
+        for (int m = 0; m < RT; ++m) a_frag(a[m], a_tile, a_row0 + 16 * m, s);
+#pragma unroll
+        for (int n = 0; n < NT; n += 2) {
+            u32 x[4];
+            ldsm_x4(x, &tile[row0 + 8 * n + lane / 16 * 8 + lane % 8][16 * s + lane / 8 % 2 * 8]);
+            const u32 b0[2] = {x[0], x[1]}, b1[2] = {x[2], x[3]};
+#pragma unroll
+            for (int m = 0; m < RT; ++m) {
+                mma_16816<BF16>(acc[m][n], a[m], b0);
+                mma_16816<BF16>(acc[m][n + 1], a[m], b1);
+            }
+        }
+    }
 }
 
 // mma_rows_m for one row tile.
@@ -236,10 +281,10 @@ __device__ __forceinline__ float tile_score2(const Problem& p, float dot, float 
 }
 
 // Issues the copies of the key tile at `j0` (K into `ks`, V into `vs`) as one group.
-__device__ __forceinline__ void issue_keys(h16 (*ks)[LDS], h16 (*vs)[LDS], const T* k, const View& kv, const T* v,
-                                           const View& vv, const Problem& p, u64 b, u64 h, u64 j0) {
-    stage_async<COLS>(ks, k, kv, b, h, j0, p.nk, p.d);
-    stage_async<COLS>(vs, v, vv, b, h, j0, p.nk, p.dv);
+__device__ __forceinline__ void issue_keys(h16 (*ks)[LDS], h16 (*vs)[LDS], const Rows& kr, const Rows& vr, u64 nk,
+                                           u64 j0) {
+    stage_async<COLS>(ks, kr, j0, nk);
+    stage_async<COLS>(vs, vr, j0, nk);
     cp_async_commit();
 }
 
@@ -362,11 +407,21 @@ __device__ __forceinline__ void finish_rows(float (&o)[FTILES][4], const float (
 extern "C" __global__ void __launch_bounds__(THREADS)
     kernel(const Info info, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
            const u32* __restrict__ lengths, const T* __restrict__ bias, T* __restrict__ out, C* __restrict__ lse) {
+#if Q_SHARED
+    // The query rows, then two buffers of COLS rows each for K and two for V: more than the
+    // 48 KiB of static shared memory a block may declare at DMAX 128, so dynamic.
+    static_assert(SHARED_BYTES >= (ROWS + KV_ROWS) * LDS * sizeof(h16), "the plan's shared memory holds the tiles");
+    RNN_DYNAMIC_SHARED(h16, shared_bits);
+    h16(*qs)[LDS] = reinterpret_cast<h16(*)[LDS]>(shared_bits);
+    h16(*kbuf)[LDS] = qs + ROWS;
+#else
     // Two buffers of COLS rows each for K, then two for V; the query rows are staged in the
     // same space before the tiles (their fragments then live in registers).
     __shared__ __align__(16) h16 tiles_smem[(KV_ROWS > ROWS ? KV_ROWS : ROWS)][LDS];
+    h16(*qs)[LDS] = tiles_smem;
     h16(*kbuf)[LDS] = tiles_smem;
-    h16(*vbuf)[LDS] = tiles_smem + 2 * COLS;
+#endif
+    h16(*vbuf)[LDS] = kbuf + 2 * COLS;
     const Problem p = problem(info);
     const float scale2 = (float)p.scale * LOG2E;
     const View qv = view(info, 0), kv = view(info, 1), vv = view(info, 2), bv = view(info, 3);
@@ -378,20 +433,23 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         const u64 bh = blk / tiles, b = bh / p.heads, h = bh % p.heads, i0 = tile * ROWS;
         const u64 warp_row0 = i0 + WARP_ROWS * warp; // row tile m: WARP_ROWS * warp + 16 m
         const u64 end = key_end(p, lengths, b);
+        const Rows kr = rows_of(k, kv, b, h, p.d), vr = rows_of(v, vv, b, h, p.dv);
         const u64 stop = (p.flags & CAUSAL) && i0 + ROWS < end ? i0 + ROWS : end;
-        const u64 steps = (stop + COLS - 1) / COLS;
+        const u32 steps = (u32)((stop + COLS - 1) / COLS); // (keys < 2^32 COLS)
         // Under the causal mask, key tiles past this warp's last row add nothing to its rows
         // (every score there is masked): the warp skips their products.
         const u64 warp_stop = (p.flags & CAUSAL) ? warp_row0 + WARP_ROWS : stop;
         __syncthreads();
-        stage_bits<ROWS>(tiles_smem, q, qv, b, h, i0, p.nq, p.d);
+        stage_bits<ROWS>(qs, rows_of(q, qv, b, h, p.d), i0, p.nq);
         __syncthreads();
+#if !Q_SHARED
         u32 qa[MT][KSTEPS][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) a_frags(qa[mt], tiles_smem, WARP_ROWS * warp + 16 * mt);
+        for (int mt = 0; mt < MT; ++mt) a_frags(qa[mt], qs, WARP_ROWS * warp + 16 * mt);
         __syncthreads();
+#endif
         if (steps > 0) {
-            issue_keys(kbuf, vbuf, k, kv, v, vv, p, b, h, 0);
+            issue_keys(kbuf, vbuf, kr, vr, p.nk, 0);
         }
         float o[MT][FTILES][4], m[MT][2], shift[MT][2], l[MT][2];
 #pragma unroll
@@ -400,19 +458,23 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             m[mt][0] = m[mt][1] = neg_inf();
             shift[mt][0] = shift[mt][1] = l[mt][0] = l[mt][1] = 0.0f;
         }
-        for (u64 step = 0; step < steps; ++step) {
-            const u64 j0 = step * COLS;
+        for (u32 step = 0; step < steps; ++step) {
+            const u64 j0 = (u64)step * COLS;
             h16(*ks)[LDS] = kbuf + step % 2 * COLS;
             h16(*vs)[LDS] = vbuf + step % 2 * COLS;
             const bool prefetch = step + 1 < steps;
             if (prefetch)
-                issue_keys(kbuf + (step + 1) % 2 * COLS, vbuf + (step + 1) % 2 * COLS, k, kv, v, vv, p, b, h, j0 + COLS);
+                issue_keys(kbuf + (step + 1) % 2 * COLS, vbuf + (step + 1) % 2 * COLS, kr, vr, p.nk, j0 + COLS);
             wait_tile(prefetch);
             if (j0 < warp_stop) {
                 float s[MT][STILES][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) zero(s[mt]);
+#if Q_SHARED
+                mma_rows_shared_m(s, qs, WARP_ROWS * warp, ks, 0);
+#else
                 mma_rows_m(s, qa, ks, 0);
+#endif
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     const u64 tile_row0 = warp_row0 + 16 * mt;
@@ -472,12 +534,13 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         const u64 bh = blk / tiles, b = bh / p.heads, h = bh % p.heads, i0 = tile * ROWS;
         const u64 warp_row0 = i0 + WARP_ROWS * warp; // row tile m: WARP_ROWS * warp + 16 m
         const u64 end = key_end(p, lengths, b);
+        const Rows kr = rows_of(k, kv, b, h, p.d), vr = rows_of(v, vv, b, h, p.dv);
         const u64 stop = (p.flags & CAUSAL) && i0 + ROWS < end ? i0 + ROWS : end;
         const u64 steps = (stop + COLS - 1) / COLS;
         const u64 warp_stop = (p.flags & CAUSAL) ? warp_row0 + WARP_ROWS : stop; // as in the forward
         __syncthreads();
-        stage_bits<ROWS>(tiles_smem, q, qv, b, h, i0, p.nq, p.d);
-        stage_bits<ROWS>(tiles_smem + ROWS, d_o, dov, b, h, i0, p.nq, p.dv);
+        stage_bits<ROWS>(tiles_smem, rows_of(q, qv, b, h, p.d), i0, p.nq);
+        stage_bits<ROWS>(tiles_smem + ROWS, rows_of(d_o, dov, b, h, p.dv), i0, p.nq);
         __syncthreads();
         // delta = rowsum(dO * O): two threads per row, in float as the scalar kernel.
         for (u32 r = threadIdx.x / 2; r < ROWS; r += THREADS / 2) {
@@ -509,7 +572,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 dl[mt][r] = deltas[WARP_ROWS * warp + 16 * mt + g + 8 * r];
             }
         if (steps > 0) {
-            issue_keys(tiles_smem, tiles_smem + COLS, k, kv, v, vv, p, b, h, 0);
+            issue_keys(tiles_smem, tiles_smem + COLS, kr, vr, p.nk, 0);
         }
         float acc[MT][FTILES][4];
 #pragma unroll
@@ -520,7 +583,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             h16(*vs)[LDS] = ks + COLS;
             if (step + 1 < steps) {
                 h16(*next)[LDS] = tiles_smem + (step + 1) % 2 * 2 * COLS;
-                issue_keys(next, next + COLS, k, kv, v, vv, p, b, h, j0 + COLS);
+                issue_keys(next, next + COLS, kr, vr, p.nk, j0 + COLS);
             }
             wait_tile(step + 1 < steps);
             if (j0 < warp_stop) {
@@ -606,11 +669,11 @@ __device__ __forceinline__ void add_dq_tile(float* acc_out, h16 (*ds)[DS_LD], h1
 #endif
 // Issues the copies of query tile `i0` (Q, then dO COLS rows further) into `tile`, and writes
 // the tile's lse shifts and deltas (ordinary stores: a barrier must come before their use).
-__device__ __forceinline__ void issue_queries(h16 (*tile)[LDS], float* shifts, float* deltas, const T* q,
-                                              const View& qv, const T* d_o, const View& dov, const C* lse,
-                                              const C* delta, const Problem& p, u64 b, u64 h, u64 bh, u64 i0) {
-    stage_async<COLS>(tile, q, qv, b, h, i0, p.nq, p.d);
-    stage_async<COLS>(tile + COLS, d_o, dov, b, h, i0, p.nq, p.dv);
+__device__ __forceinline__ void issue_queries(h16 (*tile)[LDS], float* shifts, float* deltas, const Rows& qr,
+                                              const Rows& dor, const C* lse, const C* delta, const Problem& p, u64 bh,
+                                              u64 i0) {
+    stage_async<COLS>(tile, qr, i0, p.nq);
+    stage_async<COLS>(tile + COLS, dor, i0, p.nq);
     for (u32 e = threadIdx.x; e < COLS; e += THREADS) {
         const bool in = i0 + e < p.nq;
         shifts[e] = in ? lse_shift(lse[bh * p.nq + i0 + e]) * LOG2E : 0.0f;
@@ -655,10 +718,11 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         const u64 steps = last > first ? (last - first + COLS - 1) / COLS : 0;
         cp_async_wait<0>(); // the key tile of a block that had no query tiles
         __syncthreads();
-        stage_async<ROWS>(ks, k, kv, b, h, j0, p.nk, p.d);
-        stage_async<ROWS>(vs, v, vv, b, h, j0, p.nk, p.dv);
+        stage_async<ROWS>(ks, rows_of(k, kv, b, h, p.d), j0, p.nk);
+        stage_async<ROWS>(vs, rows_of(v, vv, b, h, p.dv), j0, p.nk);
         cp_async_commit();
-        if (steps > 0) issue_queries(qdo, shifts[0], deltas[0], q, qv, d_o, dov, lse, delta, p, b, h, bh, first);
+        const Rows qr = rows_of(q, qv, b, h, p.d), dor = rows_of(d_o, dov, b, h, p.dv);
+        if (steps > 0) issue_queries(qdo, shifts[0], deltas[0], qr, dor, lse, delta, p, bh, first);
         float dk_acc[FTILES][4], dv_acc[FTILES][4];
         zero(dk_acc);
         zero(dv_acc);
@@ -676,8 +740,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             h16(*qs)[LDS] = qdo + buf * 2 * COLS;
             h16(*dos)[LDS] = qs + COLS;
             if (step + 1 < steps)
-                issue_queries(qdo + (buf ^ 1) * 2 * COLS, shifts[buf ^ 1], deltas[buf ^ 1], q, qv, d_o, dov, lse, delta,
-                              p, b, h, bh, i0 + COLS);
+                issue_queries(qdo + (buf ^ 1) * 2 * COLS, shifts[buf ^ 1], deltas[buf ^ 1], qr, dor, lse, delta, p, bh,
+                              i0 + COLS);
             wait_tile(step + 1 < steps);
             float s[STILES][4], dp[STILES][4];
             zero(s);

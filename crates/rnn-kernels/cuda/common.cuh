@@ -13,6 +13,11 @@
 #endif
 
 #define INFO_WORDS 96
+// A kernel's dynamic shared memory (the plan's `shared_bytes`), as `T* name`: the CUDA
+// emulator defines its own.
+#ifndef RNN_DYNAMIC_SHARED
+#define RNN_DYNAMIC_SHARED(T, name) extern __shared__ __align__(16) T name[]
+#endif
 #define BLOCK 256
 // Elements per thread and trip of the unary and binary kernels (`UNROLL` in gpu/target.rs).
 #define UNROLL 4

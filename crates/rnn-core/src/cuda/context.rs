@@ -136,12 +136,18 @@ impl CudaDevice {
     /// The kernel `name` of `source` (a user kernel), compiled (or read from the CUBIN cache)
     /// and loaded on first use.
     pub fn function(&self, source: &str, name: &str) -> Result<CudaFunction> {
-        self.function_keyed(&format!("user\n{name}\n{source}"), name, || source.to_string())
+        self.function_keyed(&format!("user\n{name}\n{source}"), name, || source.to_string(), |_| Ok(()))
     }
 
     /// The kernel `name` of the source `key` stands for (`text` builds it), compiled and
-    /// loaded the first time `key` is seen.
-    pub(crate) fn function_keyed(&self, key: &str, name: &str, text: impl FnOnce() -> String) -> Result<CudaFunction> {
+    /// loaded the first time `key` is seen, when `prepare` also runs on it (once).
+    pub(crate) fn function_keyed(
+        &self,
+        key: &str,
+        name: &str,
+        text: impl FnOnce() -> String,
+        prepare: impl FnOnce(&CudaFunction) -> Result<()>,
+    ) -> Result<CudaFunction> {
         let mut cache = self.functions.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(f) = cache.get(key) {
             return Ok(f.clone());
@@ -157,6 +163,7 @@ impl CudaDevice {
             Error::Msg(image_rejected(self.ordinal, &arch, e, nvrtc, super::compile::driver_version()))
         })?;
         let f = module.load_function(name).map_err(driver_err(self.ordinal, "load kernel"))?;
+        prepare(&f)?;
         cache.insert(key.to_string(), f.clone());
         Ok(f)
     }

@@ -25,7 +25,14 @@ unsafe impl cudarc::driver::DeviceRepr for Info {}
 /// Queues `plan` on the device of `args[0]`.
 pub(crate) fn launch(plan: &KernelPlan, args: &[&CudaStorage]) -> Result<()> {
     let dev = args.first().ok_or_else(|| Error::Msg(format!("internal: {} launch without buffers", plan.op)))?.dev();
-    let f = dev.function_keyed(plan.source.key(), "kernel", || plan.source.text())?;
+    // A plan's shared memory is a function of its source, so the cap is raised once.
+    let what = (plan.op, plan.variant.as_str());
+    let f = dev.function_keyed(
+        plan.source.key(),
+        "kernel",
+        || plan.source.text(),
+        |f| dev.allow_dynamic_shared(f, plan.dims.shared_bytes, what),
+    )?;
     let mut words = [0u64; CUDA_INFO_WORDS];
     // `Target::info` keeps CUDA plans within CUDA_INFO_WORDS.
     words[..plan.info.len()].copy_from_slice(&plan.info);

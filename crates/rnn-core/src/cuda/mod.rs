@@ -16,6 +16,7 @@ mod launch;
 mod libs;
 mod pool;
 mod profile;
+mod shared_memory;
 mod storage;
 mod user_kernel;
 

@@ -15,7 +15,6 @@
 //! }
 //! ```
 
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::context::{device, driver_err};
@@ -79,24 +78,7 @@ pub fn launch_user_kernel(
         return Err(Error::invalid(OP, msg));
     }
     let f = dev.function(source, entry)?;
-    // Static shared memory is at most 48 KiB (a compile-time limit), so only dynamic shared
-    // memory can take a block past the default limit.
-    if shared_mem_bytes > 0 {
-        let static_bytes = f
-            .get_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
-            .map_err(driver_err(ordinal, "reading the kernel's shared memory size"))?
-            .max(0) as u32;
-        let limit =
-            dynamic_shared_limit(shared_mem_bytes, static_bytes, dev.shared_per_block, dev.shared_per_block_optin)
-                .map_err(|msg| Error::invalid(OP, format!("{entry} on cuda:{ordinal} ({}): {msg}", dev.name)))?;
-        if let Some(limit) = limit {
-            // The attribute only raises the kernel's cap; each launch still passes its own
-            // size. Setting the device's maximum rather than this launch's size keeps launches
-            // of the same kernel from several threads from lowering each other's cap.
-            f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit as i32)
-                .map_err(driver_err(ordinal, "allowing the kernel more than 48 KiB of dynamic shared memory"))?;
-        }
-    }
+    dev.allow_dynamic_shared(&f, shared_mem_bytes, (OP, entry))?;
     let mut builder = dev.stream.launch_builder(&f);
     for p in &params {
         match p {
@@ -115,30 +97,6 @@ pub fn launch_user_kernel(
     // afterwards is only reused by later work on the same stream, which runs after this kernel.
     unsafe { builder.launch(config) }.map_err(driver_err(ordinal, "user kernel launch"))?;
     Ok(())
-}
-
-/// What a launch asking for `dynamic` bytes of dynamic shared memory per block needs, for a
-/// kernel using `static_bytes` of static shared memory on a device allowing `default_max`
-/// bytes per block without opting in and `optin_max` with: `None` within the default,
-/// `Some(cap)` when the kernel's dynamic shared memory cap must first be raised to `cap`
-/// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`), an error beyond the opt-in maximum.
-pub(crate) fn dynamic_shared_limit(
-    dynamic: u32,
-    static_bytes: u32,
-    default_max: u32,
-    optin_max: u32,
-) -> std::result::Result<Option<u32>, String> {
-    let total = u64::from(dynamic) + u64::from(static_bytes);
-    if total <= u64::from(default_max) {
-        return Ok(None);
-    }
-    if total > u64::from(optin_max) {
-        return Err(format!(
-            "{dynamic} bytes of dynamic shared memory (plus {static_bytes} static) per block asked for, but the device \
-             allows at most {optin_max} bytes per block"
-        ));
-    }
-    Ok(Some(optin_max - static_bytes))
 }
 
 /// Hands `work` the stream of `cuda:ordinal` and the device addresses of the tensors' first
@@ -165,26 +123,4 @@ pub fn with_device_buffers<R>(
     // The guards record the buffers' use on the stream when dropped, after `work`.
     let (addresses, _guards): (Vec<_>, Vec<_>) = storages.iter().map(|s| s.slice().device_ptr(&dev.stream)).unzip();
     Ok(work(&dev.stream, &addresses))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::dynamic_shared_limit;
-
-    #[test]
-    fn shared_memory_past_48_kib_needs_the_opt_in_and_has_a_ceiling() {
-        const KIB: u32 = 1024;
-        // Hopper: 48 KiB by default, 227 KiB with the opt-in.
-        let (default_max, optin) = (48 * KIB, 227 * KIB);
-        assert_eq!(dynamic_shared_limit(0, 0, default_max, optin), Ok(None));
-        assert_eq!(dynamic_shared_limit(48 * KIB, 0, default_max, optin), Ok(None));
-        assert_eq!(dynamic_shared_limit(48 * KIB + 4, 0, default_max, optin), Ok(Some(optin)));
-        assert_eq!(dynamic_shared_limit(40 * KIB, 10 * KIB, default_max, optin), Ok(Some(217 * KIB)));
-        assert_eq!(dynamic_shared_limit(227 * KIB, 0, default_max, optin), Ok(Some(optin)));
-        let err = dynamic_shared_limit(227 * KIB + 1, 0, default_max, optin).unwrap_err();
-        assert!(err.contains(&(227 * KIB + 1).to_string()) && err.contains(&optin.to_string()), "{err}");
-        assert!(dynamic_shared_limit(u32::MAX, u32::MAX, default_max, optin).is_err());
-        // A device without the opt-in (its maximum is the default).
-        assert!(dynamic_shared_limit(48 * KIB + 1, 0, default_max, default_max).is_err());
-    }
 }

@@ -119,7 +119,10 @@ fn translation_unit(batch: &[&KernelSource]) -> String {
     for (i, source) in batch.iter().enumerate() {
         // C linkage would make the batch's kernels one function: each keeps its namespace's.
         let text = source.text().replace("extern \"C\" __global__", "__global__");
-        let undefs: String = defined_macros(&text).map(|name| format!("#undef {name}\n")).collect();
+        let undefs: String = defined_macros(&text)
+            .filter(|name| !SHIM_MACROS.contains(name))
+            .map(|name| format!("#undef {name}\n"))
+            .collect();
         tu.push_str(&format!(
             "namespace rnn_v{i} {{\n{text}\n{undefs}}}\n\
              extern \"C\" int rnn_emu_v{i}(const unsigned long long* w, unsigned long nw, void* const* b, \
@@ -129,6 +132,10 @@ fn translation_unit(batch: &[&KernelSource]) -> String {
     }
     tu
 }
+
+/// Macros the shim defines and common.cuh defines only where they are not (`#ifndef`): kept
+/// for every kernel of a batch.
+const SHIM_MACROS: [&str; 1] = ["RNN_DYNAMIC_SHARED"];
 
 /// The names of the macros a source defines (`#define NAME` or `#  define NAME(...)`).
 fn defined_macros(text: &str) -> impl Iterator<Item = &str> {
@@ -235,11 +242,26 @@ fn build_library(tu: &str, cxx: &str, lib: &Path) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::defined_macros;
+    use super::{defined_macros, translation_unit};
+    use crate::gpu::plan::KernelSource;
 
     #[test]
     fn the_macros_a_kernel_defines_are_found_for_undefining() {
         let text = "#define MT (ROWS / 16)\n  #  define LDS(x) x\n#if MT\n#undef OLD\n#defined_not\nint MT2;\n";
         assert_eq!(defined_macros(text).collect::<Vec<_>>(), ["MT", "LDS"]);
+    }
+
+    #[test]
+    fn a_batch_keeps_the_shims_own_macros_and_undefines_the_kernels() {
+        let source = |rows: &str| {
+            let subs = [("rows", rows)];
+            let template = "#define ROWS {{rows}}\nextern \"C\" __global__ void kernel() {}\n";
+            KernelSource::new(&crate::emu::target(), template, &subs, false)
+        };
+        let (a, b) = (source("1"), source("2"));
+        let tu = translation_unit(&[&a, &b]);
+        assert_eq!(tu.matches("#undef ROWS").count(), 2, "{tu}");
+        assert!(a.text().contains("#define RNN_DYNAMIC_SHARED"), "common.cuh defines it");
+        assert!(!tu.contains("#undef RNN_DYNAMIC_SHARED"), "{tu}");
     }
 }

@@ -238,10 +238,25 @@ impl Program {
         args: &[Arg],
         info: Vec<u64>,
     ) -> Result<()> {
+        self.kernel_shared(source, variant, (grid, 0), args, info)
+    }
+
+    /// `kernel` whose blocks get `shared_bytes` of dynamic shared memory (CUDA; WGSL
+    /// declares its workgroup memory in the shader). Past the default 48 KiB per block the
+    /// CUDA backend raises the kernel's cap, up to the device's opt-in maximum, when it loads
+    /// the kernel: a source launched with more than 48 KiB must always be.
+    pub fn kernel_shared(
+        &mut self,
+        source: KernelSource,
+        variant: String,
+        (grid, shared_bytes): (Grid, u32),
+        args: &[Arg],
+        info: Vec<u64>,
+    ) -> Result<()> {
         if grid.is_empty() {
             return Ok(());
         }
-        let dims = self.target.launch_dims(self.op, grid)?;
+        let dims = LaunchDims { shared_bytes, ..self.target.launch_dims(self.op, grid)? };
         let plan = KernelPlan { op: self.op, source, variant, dims, args: args.to_vec(), info };
         self.launches.push(Launch::Kernel(plan));
         Ok(())

@@ -175,8 +175,9 @@ template <class T> inline T* dynamic_shared() {
 } // namespace rnn_emu
 
 // `extern __shared__ T name[];` cannot be expressed here; a kernel meant for both worlds
-// writes RNN_DYNAMIC_SHARED(T, name) and defines it for CUDA (e.g. in common.cuh):
+// writes RNN_DYNAMIC_SHARED(T, name), which common.cuh defines for CUDA where this did not:
 //     #ifndef RNN_DYNAMIC_SHARED
 //     #define RNN_DYNAMIC_SHARED(T, name) extern __shared__ __align__(16) T name[]
 //     #endif
+// (compile.rs keeps it defined between the kernels of a batch: SHIM_MACROS).
 #define RNN_DYNAMIC_SHARED(T, name) T* const name = ::rnn_emu::dynamic_shared<T>()

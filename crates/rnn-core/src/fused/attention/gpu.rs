@@ -9,7 +9,7 @@
 //! need no copies; the mask flags are `Info` words, not variants.
 //!
 //! On CUDA, f16 / bf16 attention has kernels of its own (attention_mma.cu, sm_80 and later): a
-//! warp per 16 rows (32 in the forward and the dq pass at dmax <= 64, see `warp_rows`), the
+//! warp per 16 rows (32 in the forward, and in the dq pass at dmax <= 64, see `warp_rows`), the
 //! tile products as mma.m16n8k16 with f32 accumulators, the softmax on the fragments in
 //! registers. Their backward can also run FlashAttention-2's single pass
 //! (`AttentionBackward::atomic_dq`, see `crate::set_attention_atomic_dq`): a prologue (delta,
@@ -119,27 +119,28 @@ fn mma(target: &Target, dtype: DType) -> bool {
     target.lang == Lang::Cuda && matches!(dtype, DType::F16 | DType::BF16)
 }
 
-/// (rows per block, columns per step) of an mma kernel. Shared memory must fit 48 KiB
-/// (static), and the accumulators, fragments and scores the registers without spilling
-/// (`tests/cuda_kernels.rs` fails on any spill in the assembler's report): hence narrower
-/// steps at dmax 128 and in the dq pass (which holds both Q's and dO's fragments; 64 columns
-/// spilled), fewer rows in the dk / dv pass (four tiles), and at dmax 64 32 columns in the
-/// forward and 16 in the dq pass, whose warps hold two row tiles there (the forward spilled
-/// 52 bytes at 64 columns, the dq pass 8 at 32; `ptxas` reports 236 and 252 registers at
-/// the tiles chosen). At dmax 128 two row tiles spill even at 32 columns (their output
-/// accumulators alone take 128 registers), so there a warp keeps one. The dk / dv pass keeps
-/// one too: its K and V rows are the A operands, which at dmax <= 64 stay in registers for
-/// the whole query loop (`HOLD_KV`: 256 bytes of shared memory per product instead of 320),
-/// and two row tiles would leave room for 16 columns only. The forward's blocks hold 128
-/// query rows (8 warps), as FlashAttention-2's do: each K / V tile staged then serves twice
-/// the rows of a 64-row block, which halves the K / V reads from L2 per FLOP (at N = 16384,
-/// D = 128, B x H = 32: 64 GB per forward with 64-row blocks). Its queries are staged in the
-/// K / V tiles' space before the loop, then held in registers. Its K / V tiles are
-/// double-buffered at every dmax: with 64-row blocks on an H200 one buffer read 0-16% faster
-/// at dmax 64, where two halved the blocks a multiprocessor held
-/// (bench/results/2026-11-27-h200.md), but a 128-row block's registers (8 warps of 122-219
-/// each, `ptxas --verbose`) leave one or two blocks per multiprocessor, so the overlap of
-/// copies and products must come from within the block.
+/// (rows per block, columns per step) of an mma kernel. The accumulators, fragments and
+/// scores must fit the registers without spilling (`tests/cuda_kernels.rs` fails on any
+/// spill in the assembler's report), and shared memory 48 KiB but where a kernel asks for
+/// dynamic shared memory (`dynamic_shared_bytes`). Hence:
+/// - The forward: 128 query rows per block, as FlashAttention-2's, in 4 warps of two row
+///   tiles; each K / V tile staged serves all 128 rows (with 64-row blocks, at N = 16384,
+///   D = 128, B x H = 32, a forward read 64 GB of K / V from L2). 64 columns at dmax 32, 32
+///   at 64 (64 spilled 52 bytes) and 128. At dmax <= 64 the queries are staged in the K / V tiles'
+///   space, then held in registers; at 128 they stay in shared memory (`queries_shared`).
+/// - The dq pass, which holds both Q's and dO's fragments: 16 columns at dmax 64, whose warps
+///   hold two row tiles (32 spilled 28 bytes), one row tile and 16 columns at 128.
+/// - The dk / dv pass: one row tile per warp and fewer rows (its four tiles). Its K and V rows
+///   are the A operands, which at dmax <= 64 stay in registers for the whole query loop
+///   (`HOLD_KV`: 256 bytes of shared memory per product instead of 320); two row tiles would
+///   leave room for 16 columns only.
+///
+/// `ptxas --verbose` (NVRTC 13.5, sm_90) reports 216, 226 and 245 registers for the forward
+/// at dmax 32, 64 and 128, 220, 250 and 232 for the dq pass: a block of 128 threads leaves
+/// two blocks per multiprocessor, so the overlap of copies and products must come from within
+/// the block. The K / V tiles are double-buffered at every dmax (with 64-row blocks on an H200
+/// one buffer read 0-16% faster at dmax 64, where two halved the blocks a multiprocessor held:
+/// bench/results/2026-11-27-h200.md).
 fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
     match (pass, dmax) {
         (Pass::Forward, 128) => (128, 32),
@@ -165,9 +166,28 @@ fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
 /// under mma.sync, beside the tiles' own copies into shared memory.)
 fn warp_rows(pass: Pass, dmax: usize) -> usize {
     match (pass, dmax) {
-        (Pass::Forward | Pass::Dq, 32 | 64) => 32,
+        (Pass::Forward, _) | (Pass::Dq, 32 | 64) => 32,
         _ => 16,
     }
+}
+
+/// Whether an mma kernel keeps its query rows in shared memory and reads their fragments at
+/// every key step, rather than holding them in registers: the forward at dmax 128, where a
+/// warp's two row tiles would need 64 registers for them beside 128 for the output
+/// accumulators (FlashAttention-2 keeps them in shared memory at that head size too).
+fn queries_shared(pass: Pass, dmax: usize) -> bool {
+    pass == Pass::Forward && dmax == 128
+}
+
+/// Dynamic shared memory of a block of a pass's kernel, in bytes: with `queries_shared`, the
+/// query rows and two K and two V tiles, in rows of dmax + 8 16-bit values (`LDS` in the
+/// kernel, which checks that they fit); 0 for the kernels that declare theirs.
+fn dynamic_shared_bytes(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> usize {
+    if !mma(target, dtype) || !queries_shared(pass, dmax) {
+        return 0;
+    }
+    let (rows, cols) = mma_tile(pass, dmax);
+    (rows + 4 * cols) * (dmax + 8) * 2
 }
 
 /// Threads per block of a pass's kernel: 8 per row, or on tensor cores a warp per
@@ -201,8 +221,10 @@ fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<Kern
     let (rows, cols) = tile(target, pass, dtype, dmax);
     let pass_index = (pass as usize).to_string();
     let threads = block_threads(target, pass, dtype, dmax).to_string();
+    let flag = |on: bool| if on { "1" } else { "0" };
+    let (mma, q_shared) = (flag(mma(target, dtype)), flag(mma(target, dtype) && queries_shared(pass, dmax)));
+    let shared_bytes = dynamic_shared_bytes(target, pass, dtype, dmax).to_string();
     let (dmax, rows_s, cols_s) = (dmax.to_string(), rows.to_string(), cols.to_string());
-    let mma = if mma(target, dtype) { "1" } else { "0" };
     let subs = [
         ("T", t),
         ("C", target.compute_type(dtype)),
@@ -212,6 +234,8 @@ fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<Kern
         ("cols", cols_s.as_str()),
         ("threads", threads.as_str()),
         ("mma", mma),
+        ("q_shared", q_shared),
+        ("shared_bytes", shared_bytes.as_str()),
     ];
     Ok(KernelSource::new(target, pass.template(target), &subs, target.needs_half(&[dtype])))
 }
@@ -279,7 +303,8 @@ fn launch(
     let source = source(&target, pass, dtype, dmax)?;
     let threads = block_threads(&target, pass, dtype, dmax) as u32;
     let grid = Grid::Blocks(pairs * rows.div_ceil(tile_rows), threads);
-    p.kernel(source, variant(pass, dtype, dmax), grid, args, info)
+    let shared = dynamic_shared_bytes(&target, pass, dtype, dmax) as u32;
+    p.kernel_shared(source, variant(pass, dtype, dmax), (grid, shared), args, info)
 }
 
 pub(crate) fn forward(op: &Attention, target: &Target, inputs: &[(DType, &Layout, usize)]) -> Result<Option<Program>> {

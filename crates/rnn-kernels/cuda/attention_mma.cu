@@ -435,11 +435,16 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         const u64 end = key_end(p, lengths, b);
         const Rows kr = rows_of(k, kv, b, h, p.d), vr = rows_of(v, vv, b, h, p.dv);
         const u64 stop = (p.flags & CAUSAL) && i0 + ROWS < end ? i0 + ROWS : end;
-        const u32 steps = (u32)((stop + COLS - 1) / COLS); // (keys < 2^32 COLS)
+        // 32 bits: 2^32 key tiles would not fit a device's memory (fewer loop registers).
+        const u32 steps = (u32)((stop + COLS - 1) / COLS);
         // Under the causal mask, key tiles past this warp's last row add nothing to its rows
         // (every score there is masked): the warp skips their products.
         const u64 warp_stop = (p.flags & CAUSAL) ? warp_row0 + WARP_ROWS : stop;
         __syncthreads();
+#if Q_SHARED
+        // The queries have their own space: the first key tile's copies run beside theirs.
+        if (steps > 0) issue_keys(kbuf, vbuf, kr, vr, p.nk, 0);
+#endif
         stage_bits<ROWS>(qs, rows_of(q, qv, b, h, p.d), i0, p.nq);
         __syncthreads();
 #if !Q_SHARED
@@ -447,10 +452,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) a_frags(qa[mt], qs, WARP_ROWS * warp + 16 * mt);
         __syncthreads();
+        if (steps > 0) issue_keys(kbuf, vbuf, kr, vr, p.nk, 0);
 #endif
-        if (steps > 0) {
-            issue_keys(kbuf, vbuf, kr, vr, p.nk, 0);
-        }
         float o[MT][FTILES][4], m[MT][2], shift[MT][2], l[MT][2];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {

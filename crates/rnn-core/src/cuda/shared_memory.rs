@@ -46,7 +46,7 @@ impl CudaDevice {
 /// bytes per block without opting in and `optin_max` with: `None` within the default,
 /// `Some(cap)` when the kernel's dynamic shared memory cap must first be raised to `cap`
 /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`), an error beyond the opt-in maximum.
-pub(crate) fn dynamic_shared_limit(
+fn dynamic_shared_limit(
     dynamic: u32,
     static_bytes: u32,
     default_max: u32,

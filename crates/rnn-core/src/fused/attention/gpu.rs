@@ -135,7 +135,7 @@ fn mma(target: &Target, dtype: DType) -> bool {
 ///   (`HOLD_KV`: 256 bytes of shared memory per product instead of 320); two row tiles would
 ///   leave room for 16 columns only.
 ///
-/// `ptxas --verbose` (NVRTC 13.5, sm_90) reports 216, 226 and 245 registers for the forward
+/// `ptxas --verbose` (NVRTC 13.5, sm_90) reports 216, 226 and 244 registers for the forward
 /// at dmax 32, 64 and 128, 220, 250 and 232 for the dq pass: a block of 128 threads leaves
 /// two blocks per multiprocessor, so the overlap of copies and products must come from within
 /// the block. The K / V tiles are double-buffered at every dmax (with 64-row blocks on an H200

@@ -6,10 +6,11 @@
 // tile). Operand tiles are staged in shared memory in T, in rows of DMAX + 8 values, so that
 // the 8 rows one ldmatrix reads start on distinct banks; fragments of a block's own rows are
 // loaded once into registers, but for the forward's queries at DMAX 128 (Q_SHARED), which
-// stay in shared memory (dynamic: SHARED_BYTES) and are read at every key step. Scores are kept in base 2 (times log2(e)), so that every
-// exponential is one ex2.approx (exp2_approx) and every max one max.NaN (max_nan); the score
-// loops are compiled twice (with_mask), so that tiles no mask reaches run them without a
-// branch; masking, NaN and fully masked rows follow the scalar kernels.
+// stay in shared memory (dynamic: SHARED_BYTES) and are read at every key step. Scores are
+// kept in base 2 (times log2(e)), so that every exponential is one ex2.approx (exp2_approx)
+// and every max one max.NaN (max_nan); the score loops are compiled twice (with_mask), so
+// that tiles no mask reaches run them without a branch; masking, NaN and fully masked rows
+// follow the scalar kernels.
 //   PASS 0, forward: ROWS queries per block, key tiles of COLS; the online softmax runs on the
 //     score fragments; the row sums are reduced across the row's 4 threads once, at the end.
 //   PASS 1, backward dq (and delta = rowsum(dO * O)): ROWS queries, key tiles of COLS:

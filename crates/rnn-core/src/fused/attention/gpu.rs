@@ -126,8 +126,9 @@ fn mma(target: &Target, dtype: DType) -> bool {
 /// - The forward: 128 query rows per block, as FlashAttention-2's, in 4 warps of two row
 ///   tiles; each K / V tile staged serves all 128 rows (with 64-row blocks, at N = 16384,
 ///   D = 128, B x H = 32, a forward read 64 GB of K / V from L2). 64 columns at dmax 32, 32
-///   at 64 (64 spilled 52 bytes) and 128. At dmax <= 64 the queries are staged in the K / V tiles'
-///   space, then held in registers; at 128 they stay in shared memory (`queries_shared`).
+///   at 64 (64 spilled 52 bytes) and 128. At dmax <= 64 the queries are staged in the K / V
+///   tiles' space, then held in registers; at 128 they stay in shared memory
+///   (`queries_shared`).
 /// - The dq pass, which holds both Q's and dO's fragments: 16 columns at dmax 64, whose warps
 ///   hold two row tiles (32 spilled 28 bytes), one row tile and 16 columns at 128.
 /// - The dk / dv pass: one row tile per warp and fewer rows (its four tiles). Its K and V rows
@@ -158,9 +159,9 @@ fn mma_tile(pass: Pass, dmax: usize) -> (usize, usize) {
     }
 }
 
-/// Rows a warp owns in an mma kernel: 16 (one row tile), or in the forward and the dq pass
-/// 32 where the registers hold two row tiles, so that every K / V fragment a warp loads from
-/// shared memory serves both tiles' products.
+/// Rows a warp owns in an mma kernel: 16 (one row tile), or 32 in the forward, and in the dq
+/// pass where the registers hold two row tiles, so that every K / V fragment a warp loads
+/// from shared memory serves both tiles' products.
 /// (With 16, ldmatrix moves 256 bytes per mma.m16n8k16: at 128 bytes per clock of shared
 /// memory, 2 of the 3 or so clocks a Hopper multiprocessor's tensor cores take per product
 /// under mma.sync, beside the tiles' own copies into shared memory.)

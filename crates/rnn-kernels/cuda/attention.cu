@@ -41,10 +41,10 @@ typedef {{C}} C;
 #define COLS {{cols}}
 #define TPR 8
 #define THREADS {{threads}}
-// The forward on tensor cores at DMAX 128 keeps its queries in shared memory, a block's
-// dynamic shared memory of SHARED_BYTES (attention_mma.cu); 0 elsewhere.
-#define Q_SHARED {{q_shared}}
+// A block's dynamic shared memory: only the forward on tensor cores at DMAX 128 has any,
+// where it keeps its queries in shared memory (attention_mma.cu); 0 elsewhere.
 #define SHARED_BYTES {{shared_bytes}}
+#define Q_SHARED (SHARED_BYTES > 0)
 #define FEATS (DMAX / TPR)
 // The row stride of shared tiles: one more than DMAX, so that the TPR threads of a row,
 // which read TPR different tile rows at the same feature, hit different banks.

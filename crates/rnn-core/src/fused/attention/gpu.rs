@@ -222,8 +222,8 @@ fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<Kern
     let (rows, cols) = tile(target, pass, dtype, dmax);
     let pass_index = (pass as usize).to_string();
     let threads = block_threads(target, pass, dtype, dmax).to_string();
-    let flag = |on: bool| if on { "1" } else { "0" };
-    let (mma, q_shared) = (flag(mma(target, dtype)), flag(mma(target, dtype) && queries_shared(pass, dmax)));
+    let mma = if mma(target, dtype) { "1" } else { "0" };
+    // The kernel keeps its queries in shared memory where it has dynamic shared memory.
     let shared_bytes = dynamic_shared_bytes(target, pass, dtype, dmax).to_string();
     let (dmax, rows_s, cols_s) = (dmax.to_string(), rows.to_string(), cols.to_string());
     let subs = [
@@ -235,7 +235,6 @@ fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<Kern
         ("cols", cols_s.as_str()),
         ("threads", threads.as_str()),
         ("mma", mma),
-        ("q_shared", q_shared),
         ("shared_bytes", shared_bytes.as_str()),
     ];
     Ok(KernelSource::new(target, pass.template(target), &subs, target.needs_half(&[dtype])))

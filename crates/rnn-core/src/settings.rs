@@ -63,7 +63,8 @@ pub fn set_allow_tf32(on: bool) {
 }
 
 /// Whether the f16 / bf16 attention backward on CUDA adds dq with atomics (see the module
-/// documentation). Other dtypes and devices ignore it.
+/// documentation). Other dtypes and devices ignore it, as do GPUs before Ampere (sm_80),
+/// whose 16-bit attention runs the scalar kernels.
 pub fn attention_atomic_dq() -> bool {
     ATTENTION_ATOMIC_DQ.get()
 }

@@ -1,7 +1,7 @@
 //! The CUDA backend without a GPU: every kernel the backend can launch compiles with NVRTC
-//! to a CUBIN (machine code, an ELF image) for sm_80 and sm_90 (so a broken kernel fails CI
-//! on a machine with no GPU), the CUBIN disk cache recompiles a corrupt, truncated or foreign
-//! file, and a machine without a driver lists no CUDA devices and answers CUDA tensors with
+//! to a CUBIN (machine code, an ELF image) for sm_75, sm_80 and sm_90 (so a broken kernel
+//! fails CI on a machine with no GPU), the CUBIN disk cache recompiles a corrupt, truncated
+//! or foreign file, and a machine without a driver lists no CUDA devices and answers CUDA tensors with
 //! `Error::DeviceNotAvailable`, never a panic.
 #![cfg(feature = "cuda")]
 
@@ -22,17 +22,27 @@ fn nvrtc_available() -> bool {
 /// Every kernel variant compiles to a CUBIN for sm_90 (Hopper, the GPUs the backend is run
 /// on) exactly as the backend compiles it, and for sm_80 (Ampere) with NVRTC's fast-compile
 /// mode: the same front end, headers and assembler, in a quarter of the time, so that the
-/// test stays near a minute on CI's two cores. Identical sources are compiled once.
+/// test stays near a minute on CI's two cores. The variants of a Turing device (sm_75, the
+/// oldest NVRTC 13 compiles for: 16-bit attention on the scalar kernels) compile for sm_75 in
+/// the fast mode. Identical sources are compiled once per architecture.
 #[test]
-fn every_kernel_compiles_for_sm80_and_sm90() {
+fn every_kernel_compiles_for_sm75_sm80_and_sm90() {
     if !nvrtc_available() {
         return;
     }
-    let variants = rnn_core::cuda::kernel_variants();
+    let variants = rnn_core::cuda::kernel_variants((8, 0));
     assert!(variants.len() > 200, "only {} kernel variants", variants.len());
-    let mut seen = std::collections::HashSet::new();
-    let distinct: Vec<_> = variants.iter().filter(|(_, source)| seen.insert(source.as_str())).collect();
-    let jobs: Vec<_> = ["sm_90", "sm_80"].iter().flat_map(|arch| distinct.iter().map(move |v| (*arch, *v))).collect();
+    let turing = rnn_core::cuda::kernel_variants((7, 5));
+    let scalar_half = turing.iter().filter(|(name, _)| name.ends_with("/scalar")).count();
+    assert!(scalar_half >= 18, "only {scalar_half} scalar 16-bit attention variants for sm_75");
+    let distinct = |all: &[(String, String)]| {
+        let mut seen = std::collections::HashSet::new();
+        all.iter().filter(|(_, source)| seen.insert(source.clone())).cloned().collect::<Vec<_>>()
+    };
+    let (distinct, distinct_turing) = (distinct(&variants), distinct(&turing));
+    let mut jobs: Vec<_> =
+        ["sm_90", "sm_80"].iter().flat_map(|arch| distinct.iter().map(move |v| (*arch, v))).collect();
+    jobs.extend(distinct_turing.iter().map(|v| ("sm_75", v)));
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let start = std::time::Instant::now();
     // NVRTC compiles independent programs concurrently; each worker takes the next job.
@@ -54,9 +64,10 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
         workers.into_iter().flat_map(|w| w.join().expect("compile worker")).collect()
     });
     eprintln!(
-        "{} variants ({} distinct) compiled for sm_90 and sm_80 in {:.1} s on {threads} threads",
+        "{} variants ({} distinct) compiled for sm_90 and sm_80, {} for sm_75, in {:.1} s on {threads} threads",
         variants.len(),
         distinct.len(),
+        distinct_turing.len(),
         start.elapsed().as_secs_f64()
     );
     let first: Vec<_> = failures.iter().take(3).collect();

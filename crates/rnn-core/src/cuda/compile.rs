@@ -237,11 +237,7 @@ fn compile_logged(source: &str, arch: &str, headers: &Headers, extra: &[&str]) -
     match libs::guarded("NVRTC", || nvrtc_cubin(&source, &options))? {
         Ok(cubin) => Ok(cubin),
         Err(Failure::Compile(log)) => {
-            let arch_hint = if log.contains("--gpu-architecture") {
-                format!("\n{nvrtc} cannot compile for {arch}: the GPU is newer than this NVRTC; install a newer one")
-            } else {
-                String::new()
-            };
+            let arch_hint = if log.contains("--gpu-architecture") { arch_hint(arch, version) } else { String::new() };
             Err(Error::Msg(format!(
                 "cuda: kernel failed to compile for {arch} with {nvrtc}:\n{log}{}{arch_hint}",
                 header_hint(&log, headers, version)
@@ -251,6 +247,21 @@ fn compile_logged(source: &str, arch: &str, headers: &Headers, extra: &[&str]) -
         Err(Failure::NoCubin) => {
             Err(Error::Msg(format!("cuda: {nvrtc} made no CUBIN for {arch}: name a real architecture such as sm_90")))
         }
+    }
+}
+
+/// Why NVRTC rejected `--gpu-architecture={arch}`: the GPU is older than the oldest
+/// architecture this NVRTC compiles for (sm_75 from CUDA 13 on, sm_50 in CUDA 12), or newer
+/// than it knows.
+fn arch_hint(arch: &str, version: (i32, i32)) -> String {
+    let nvrtc = format!("NVRTC {}.{}", version.0, version.1);
+    let oldest = if version.0 >= 13 { 75 } else { 50 };
+    match arch.trim_start_matches("sm_").parse::<u32>() {
+        Ok(n) if n < oldest => format!(
+            "\n{nvrtc} cannot compile for {arch}: its oldest architecture is sm_{oldest}; put the NVRTC of \
+             an older CUDA (CUDA 12 compiles for sm_50 and later) first on LD_LIBRARY_PATH"
+        ),
+        _ => format!("\n{nvrtc} cannot compile for {arch}: the GPU is newer than this NVRTC; install a newer one"),
     }
 }
 
@@ -443,7 +454,7 @@ mod tests {
 
     /// A kernel variant of the backend with (`half`) or without `#define RNN_HALF`.
     fn variant(half: bool) -> (String, String) {
-        crate::cuda::kernel_variants()
+        crate::cuda::kernel_variants((8, 0))
             .into_iter()
             .find(|(_, source)| source.starts_with("#define RNN_HALF") == half)
             .expect("a variant of that kind")
@@ -550,6 +561,19 @@ mod tests {
         assert!(err.contains("NUL"), "{err}");
         let err = compile_with_headers(source, "sm_200", &Headers::default(), &[]).unwrap_err().to_string();
         assert!(err.contains("cannot compile for sm_200") && err.contains("install a newer one"), "{err}");
+        // A Volta GPU (sm_70) is older than NVRTC 13's oldest architecture.
+        if nvrtc_version().is_ok_and(|v| v.0 >= 13) {
+            let err = compile_with_headers(source, "sm_70", &Headers::default(), &[]).unwrap_err().to_string();
+            assert!(err.contains("its oldest architecture is sm_75") && err.contains("CUDA 12"), "{err}");
+        }
+    }
+
+    #[test]
+    fn an_architecture_nvrtc_rejects_is_named_older_or_newer() {
+        assert!(arch_hint("sm_70", (13, 5)).contains("oldest architecture is sm_75"));
+        assert!(arch_hint("sm_70", (12, 8)).contains("newer than this NVRTC"));
+        assert!(arch_hint("sm_35", (12, 8)).contains("oldest architecture is sm_50"));
+        assert!(arch_hint("sm_120", (13, 0)).contains("newer than this NVRTC"));
     }
 
     #[test]

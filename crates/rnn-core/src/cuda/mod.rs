@@ -87,10 +87,11 @@ pub fn time_buffer_copy(ordinal: usize, bytes: u64, calls: usize) -> crate::Resu
     Ok(timed[timed.len() / 2])
 }
 
-/// Every kernel source the backend can launch, by variant name, for compile checks (CI
-/// compiles them all with NVRTC for sm_80 and sm_90, with no GPU).
-pub fn kernel_variants() -> Vec<(String, String)> {
-    crate::gpu::variants::all(&crate::gpu::target::Target::cuda())
+/// Every kernel source the backend can launch on a device of this compute capability
+/// (major, minor), by variant name, for compile checks (CI compiles those of (8, 0) with
+/// NVRTC for sm_80 and sm_90, and those of (7, 5) for sm_75, with no GPU).
+pub fn kernel_variants(compute_capability: (u32, u32)) -> Vec<(String, String)> {
+    crate::gpu::variants::all(&crate::gpu::target::Target::cuda_on(compute_capability))
         .into_iter()
         .map(|(name, source)| (name, source.text()))
         .collect()

@@ -78,7 +78,7 @@ impl GpuStorage for CudaStorage {
         Device::Cuda(ordinal)
     }
     fn target_of(ordinal: usize) -> Result<Target> {
-        device(ordinal).map(|_| Target::cuda())
+        device(ordinal).map(|d| Target::cuda_on(d.compute_capability))
     }
     fn alloc(ordinal: usize, dtype: DType, len: usize) -> Result<Self> {
         CudaStorage::alloc_on(&device(ordinal)?, dtype, len)

@@ -51,9 +51,29 @@ use crate::{DType, Device, Error, Result};
 /// thousand elements on.
 pub(crate) const MAX_GRID: usize = 8;
 
+thread_local! {
+    /// The compute capability of the device the emulator plays on this thread (a recent one
+    /// unless a test asks for an older one with `as_device_of`).
+    static COMPUTE_CAPABILITY: std::cell::Cell<(u32, u32)> = const { std::cell::Cell::new((9, 0)) };
+}
+
 /// The target the emulator plans for: CUDA's, with a small grid.
 pub(crate) fn target() -> Target {
-    Target { max_grid: MAX_GRID, ..Target::cuda() }
+    Target { max_grid: MAX_GRID, ..Target::cuda_on(COMPUTE_CAPABILITY.get()) }
+}
+
+/// Runs `f` with the emulator playing a device of this compute capability on this thread,
+/// so that the plans are those of that device (Turing's 16-bit attention: the scalar kernels).
+#[cfg(test)]
+pub(crate) fn as_device_of<R>(compute_capability: (u32, u32), f: impl FnOnce() -> R) -> R {
+    struct Restore((u32, u32));
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            COMPUTE_CAPABILITY.set(self.0);
+        }
+    }
+    let _restore = Restore(COMPUTE_CAPABILITY.replace(compute_capability));
+    f()
 }
 
 /// Whether products run their fused epilogue (off: the runtime reports it unsupported, as

@@ -30,6 +30,10 @@ pub(crate) struct Target {
     /// WARP, SwiftShader), where every memory access is a loop over the SIMD lanes. Plans
     /// then prefer kernels that load little per arithmetic op (`matmul.rs`).
     pub cpu: bool,
+    /// Whether 16-bit attention may use `attention_mma.cu`'s instructions (`mma.sync` on
+    /// bf16, `cp.async`): a CUDA device of compute capability 8.0 (Ampere) or later. Older
+    /// ones (Turing, sm_75) run the scalar kernels, f32 arithmetic on 16-bit storage.
+    pub tensor_cores: bool,
 }
 
 /// Threads per block (workgroup) of the 1-D kernels (`BLOCK` in common.cuh, `WG` in
@@ -54,15 +58,21 @@ impl Target {
         }
     }
 
-    /// A CUDA device.
+    /// A CUDA device of compute capability 8.0 or later.
     pub fn cuda() -> Target {
-        Target { lang: Lang::Cuda, max_grid: 65535 * 32, f16: true, gemm: true, cpu: false }
+        Target::cuda_on((8, 0))
+    }
+
+    /// A CUDA device of this compute capability (major, minor).
+    pub fn cuda_on(compute_capability: (u32, u32)) -> Target {
+        let tensor_cores = compute_capability.0 >= 8;
+        Target { lang: Lang::Cuda, max_grid: 65535 * 32, f16: true, gemm: true, cpu: false, tensor_cores }
     }
 
     /// A wgpu device whose grid dimensions are limited to `max_grid` workgroups.
     #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
     pub fn wgsl(max_grid: usize, f16: bool) -> Target {
-        Target { lang: Lang::Wgsl, max_grid: max_grid.max(1), f16, gemm: false, cpu: false }
+        Target { lang: Lang::Wgsl, max_grid: max_grid.max(1), f16, gemm: false, cpu: false, tensor_cores: false }
     }
 
     /// This target, on an adapter that runs kernels on CPU cores when `cpu` (see `Target::cpu`).

@@ -82,7 +82,7 @@ mod tests {
     /// different sources, on either language.
     #[test]
     fn kernel_keys_name_one_source_each() {
-        for target in [Target::cuda(), Target::wgsl(65535, true)] {
+        for target in [Target::cuda(), Target::cuda_on((7, 5)), Target::wgsl(65535, true)] {
             let all = all(&target);
             let mut by_key: HashMap<String, String> = HashMap::new();
             for (name, source) in &all {

@@ -8,7 +8,7 @@
 use rand::rngs::StdRng;
 use rand::Rng;
 
-use super::{compare, rng, up, Tol};
+use super::{compare, rng, up, Tol, TURING};
 use crate::cpu::CpuStorage;
 use crate::emu::EmuStorage;
 use crate::fused::attention::{Attention, AttentionBackward};
@@ -258,6 +258,15 @@ pub(super) fn attention() {
             check(&mut rng, &c, dtype);
         }
     }
+    // A device without the tensor-core kernels' instructions: 16-bit attention on the scalar
+    // kernels (variants ending in `/scalar`).
+    super::super::as_device_of(TURING, || {
+        for dtype in [DType::F16, DType::BF16] {
+            for c in buckets.into_iter().map(Case::new).chain(edge_cases()) {
+                check(&mut rng, &c, dtype);
+            }
+        }
+    });
 }
 
 fn edge_cases() -> Vec<Case> {

@@ -14,7 +14,8 @@
 //! registers. Their backward can also run FlashAttention-2's single pass
 //! (`AttentionBackward::atomic_dq`, see `crate::set_attention_atomic_dq`): a prologue (delta,
 //! the f32 dq accumulator zeroed), the dk / dv pass that also adds scale * dS K to the
-//! accumulator with atomics, and a copy that rounds it into dq.
+//! accumulator with atomics, and a copy that rounds it into dq. Older devices (Turing, sm_75)
+//! run the scalar kernels on 16-bit inputs, in f32 (variants ending in `/scalar`).
 
 use super::{stat_dtype, Attention, AttentionBackward, Dims, OP};
 use crate::gpu::elementwise::{copy_into, template};
@@ -114,9 +115,9 @@ fn tile(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> (usize, usize
 }
 
 /// Whether a kernel computes its tile products with mma instructions (attention_mma.cu): CUDA
-/// on the 16-bit floats.
+/// on the 16-bit floats, on a device with them (`Target::tensor_cores`).
 fn mma(target: &Target, dtype: DType) -> bool {
-    target.lang == Lang::Cuda && matches!(dtype, DType::F16 | DType::BF16)
+    target.lang == Lang::Cuda && target.tensor_cores && matches!(dtype, DType::F16 | DType::BF16)
 }
 
 /// (rows per block, columns per step) of an mma kernel. The accumulators, fragments and
@@ -207,8 +208,11 @@ fn bucket(dims: &Dims) -> Option<usize> {
     DMAX.into_iter().find(|&b| dims.d.max(dims.dv) <= b)
 }
 
-fn variant(pass: Pass, dtype: DType, dmax: usize) -> String {
-    format!("attention/{}/{dtype}/d{dmax}", pass.name())
+/// A variant's name; the scalar kernels of a 16-bit dtype on CUDA (devices before sm_80) end
+/// in `/scalar`, so that both kinds are listed.
+fn variant(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> String {
+    let scalar_half = target.lang == Lang::Cuda && dtype.size_in_bytes() == 2 && !mma(target, dtype);
+    format!("attention/{}/{dtype}/d{dmax}{}", pass.name(), if scalar_half { "/scalar" } else { "" })
 }
 
 fn source(target: &Target, pass: Pass, dtype: DType, dmax: usize) -> Result<KernelSource> {
@@ -247,7 +251,7 @@ pub(crate) fn variants(target: &Target) -> Vec<(String, KernelSource)> {
         for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
             for dmax in DMAX {
                 if let Ok(s) = source(target, pass, dtype, dmax) {
-                    v.push((variant(pass, dtype, dmax), s));
+                    v.push((variant(target, pass, dtype, dmax), s));
                 }
             }
         }
@@ -304,7 +308,7 @@ fn launch(
     let threads = block_threads(&target, pass, dtype, dmax) as u32;
     let grid = Grid::Blocks(pairs * rows.div_ceil(tile_rows), threads);
     let shared = dynamic_shared_bytes(&target, pass, dtype, dmax) as u32;
-    p.kernel_shared(source, variant(pass, dtype, dmax), (grid, shared), args, info)
+    p.kernel_shared(source, variant(&target, pass, dtype, dmax), (grid, shared), args, info)
 }
 
 pub(crate) fn forward(op: &Attention, target: &Target, inputs: &[(DType, &Layout, usize)]) -> Result<Option<Program>> {

@@ -3,7 +3,8 @@
 # (no cargo needed). Writes everything to $OUT (default ./gpu-results):
 #   machine.txt      nvidia-smi, `rnn devices`, the CUDA libraries found
 #   tests.txt        the core test suite and the NCCL tests with the CUDA device required
-#                    (tests/<binary>.txt each)
+#                    (tests/<binary>.txt each), and the attention tests once more on the
+#                    scalar 16-bit kernels of GPUs before Ampere (RNN_CUDA_TENSOR_CORES=0)
 #   bench.txt/json   `rnn bench gpu` on cuda:0, and torch.txt the PyTorch twin in the same run
 #   attention.txt/json  `rnn bench attention --device cuda:0`: fused attention in bf16,
 #                    forward and backward TFLOP/s; torch_attention.json the twin (torch's
@@ -52,6 +53,12 @@ run_test() {
 export -f run_test
 export OUT TEST_TIMEOUT
 ls bin/test-* | xargs -P "$TEST_JOBS" -I{} bash -c 'run_test {}' || status=1
+# The attention tests again on the scalar kernels a GPU before Ampere runs for f16 / bf16.
+if [ -x bin/test-attention ]; then
+    log="$OUT/tests/test-attention-scalar.txt"
+    RNN_CUDA_TENSOR_CORES=0 timeout "$TEST_TIMEOUT" bin/test-attention cuda --test-threads=4 > "$log" 2>&1 ||
+        { status=1; echo "FAILED: bin/test-attention with RNN_CUDA_TENSOR_CORES=0" >> "$log"; }
+fi
 for log in "$OUT"/tests/*.txt; do echo "== $log"; cat "$log"; done > "$OUT/tests.txt"
 grep -E "^test result|^FAILED|panicked" "$OUT/tests.txt"
 

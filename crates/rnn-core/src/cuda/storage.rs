@@ -17,6 +17,14 @@ use crate::gpu::{GemmBuffers, GemmOutcome, GpuStorage};
 use crate::storage::Storage;
 use crate::{DType, Device, Error, Result};
 
+/// Whether 16-bit attention may run its tensor-core kernels: not with
+/// `RNN_CUDA_TENSOR_CORES=0`, which plans as for a GPU before Ampere (the scalar kernels), so
+/// that a recent GPU can check the kernels older ones run.
+fn tensor_cores_allowed() -> bool {
+    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALLOWED.get_or_init(|| std::env::var("RNN_CUDA_TENSOR_CORES").as_deref() != Ok("0"))
+}
+
 #[derive(Clone)]
 pub struct CudaStorage {
     buf: Arc<PooledBuffer>,
@@ -78,7 +86,8 @@ impl GpuStorage for CudaStorage {
         Device::Cuda(ordinal)
     }
     fn target_of(ordinal: usize) -> Result<Target> {
-        device(ordinal).map(|d| Target::cuda_on(d.compute_capability))
+        let target = Target::cuda_on(device(ordinal)?.compute_capability);
+        Ok(Target { tensor_cores: target.tensor_cores && tensor_cores_allowed(), ..target })
     }
     fn alloc(ordinal: usize, dtype: DType, len: usize) -> Result<Self> {
         CudaStorage::alloc_on(&device(ordinal)?, dtype, len)

@@ -6,12 +6,19 @@
 use rnn_core::{DType, Device, Error, Tensor};
 use rnn_testutil::{values, wgpu_test_device};
 
-/// The test adapter, or `None` (with a message) on a machine without one.
-fn adapter() -> Option<(Device, rnn_core::WgpuAdapterInfo)> {
+/// Held by every test that uses the adapter: its memory pool is one per process, so the pool
+/// test's counts must not see another test's buffers, cached between its calls.
+static ADAPTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+type Guard = std::sync::MutexGuard<'static, ()>;
+
+/// The test adapter and the lock on it, or `None` (with a message) on a machine without one.
+fn adapter() -> Option<(Device, rnn_core::WgpuAdapterInfo, Guard)> {
+    let guard = ADAPTER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let device = wgpu_test_device();
     let Device::Wgpu(i) = device else { return None };
     match rnn_core::wgpu_adapters().into_iter().find(|a| a.ordinal == i) {
-        Some(info) => Some((device, info)),
+        Some(info) => Some((device, info, guard)),
         None => {
             assert!(!device.is_required_by_env(), "no wgpu adapter {device}");
             eprintln!("SKIPPED: no wgpu adapter {device}");
@@ -31,7 +38,7 @@ fn a_missing_adapter_is_device_not_available() {
 
 #[test]
 fn a_tensor_over_the_buffer_limit_is_a_clear_error() -> rnn_core::Result<()> {
-    let Some((device, info)) = adapter() else { return Ok(()) };
+    let Some((device, info, _guard)) = adapter() else { return Ok(()) };
     let too_many = (info.max_buffer_bytes / 4 + 1) as usize;
     let err = Tensor::zeros(too_many, DType::F32, device).unwrap_err();
     let msg = err.to_string();
@@ -44,7 +51,7 @@ fn a_tensor_over_the_buffer_limit_is_a_clear_error() -> rnn_core::Result<()> {
 
 #[test]
 fn unsupported_dtypes_are_errors() -> rnn_core::Result<()> {
-    let Some((device, _)) = adapter() else { return Ok(()) };
+    let Some((device, _, _guard)) = adapter() else { return Ok(()) };
     let x = Tensor::from_vec(vec![1.0f64, 2.0], 2, Device::Cpu)?;
     assert!(matches!(x.to_device(device), Err(Error::UnsupportedDType { dtype: DType::F64, .. })));
     let big = Tensor::from_vec(vec![1i64 << 40], 1, Device::Cpu)?;
@@ -54,7 +61,7 @@ fn unsupported_dtypes_are_errors() -> rnn_core::Result<()> {
 
 #[test]
 fn the_pool_reuses_buffers_and_empties() -> rnn_core::Result<()> {
-    let Some((device, _)) = adapter() else { return Ok(()) };
+    let Some((device, _, _guard)) = adapter() else { return Ok(()) };
     let x = Tensor::ones(1000, DType::F32, device)?;
     for _ in 0..5 {
         let _ = x.exp()?;

@@ -1,8 +1,8 @@
 //! The CUDA backend without a GPU: every kernel the backend can launch compiles with NVRTC
 //! to a CUBIN (machine code, an ELF image) for sm_75, sm_80 and sm_90 (so a broken kernel
 //! fails CI on a machine with no GPU), the CUBIN disk cache recompiles a corrupt, truncated
-//! or foreign file, and a machine without a driver lists no CUDA devices and answers CUDA tensors with
-//! `Error::DeviceNotAvailable`, never a panic.
+//! or foreign file, and a machine without a driver lists no CUDA devices and answers CUDA
+//! tensors with `Error::DeviceNotAvailable`, never a panic.
 #![cfg(feature = "cuda")]
 
 use rnn_core::{DType, Device, Error, Tensor};
@@ -35,14 +35,10 @@ fn every_kernel_compiles_for_sm75_sm80_and_sm90() {
     let turing = rnn_core::cuda::kernel_variants((7, 5));
     let scalar_half = turing.iter().filter(|(name, _)| name.ends_with("/scalar")).count();
     assert!(scalar_half >= 18, "only {scalar_half} scalar 16-bit attention variants for sm_75");
-    let distinct = |all: &[(String, String)]| {
-        let mut seen = std::collections::HashSet::new();
-        all.iter().filter(|(_, source)| seen.insert(source.clone())).cloned().collect::<Vec<_>>()
-    };
     let (distinct, distinct_turing) = (distinct(&variants), distinct(&turing));
     let mut jobs: Vec<_> =
-        ["sm_90", "sm_80"].iter().flat_map(|arch| distinct.iter().map(move |v| (*arch, v))).collect();
-    jobs.extend(distinct_turing.iter().map(|v| ("sm_75", v)));
+        ["sm_90", "sm_80"].iter().flat_map(|arch| distinct.iter().map(move |v| (*arch, *v))).collect();
+    jobs.extend(distinct_turing.iter().map(|v| ("sm_75", *v)));
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let start = std::time::Instant::now();
     // NVRTC compiles independent programs concurrently; each worker takes the next job.
@@ -72,6 +68,12 @@ fn every_kernel_compiles_for_sm75_sm80_and_sm90() {
     );
     let first: Vec<_> = failures.iter().take(3).collect();
     assert!(failures.is_empty(), "{} kernels failed to compile, first: {first:#?}", failures.len());
+}
+
+/// The variants whose source no earlier variant has.
+fn distinct(all: &[(String, String)]) -> Vec<&(String, String)> {
+    let mut seen = std::collections::HashSet::new();
+    all.iter().filter(|(_, source)| seen.insert(source.as_str())).collect()
 }
 
 /// Compiles one kernel (see above); the failure message, if it fails, gives no CUBIN with a

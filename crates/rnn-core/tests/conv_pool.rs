@@ -19,7 +19,8 @@ fn win(kernel: (usize, usize), stride: (usize, usize), padding: (usize, usize), 
 }
 
 /// (input [N, C, H, W], out channels, groups, window) covering odd sizes, strides 1-2,
-/// padding 0-2, dilation 1-2, groups 1-3 and 1x1 kernels.
+/// padding 0-2, dilation 1-2, groups 1-3 and 1x1 kernels; the last two split their input
+/// into stride phases (even planes, one window per phase column).
 fn conv_configs() -> Vec<([usize; 4], usize, usize, Window2d)> {
     vec![
         ([2, 3, 7, 5], 4, 1, win((3, 3), (1, 1), (1, 1), (1, 1))),
@@ -28,6 +29,8 @@ fn conv_configs() -> Vec<([usize; 4], usize, usize, Window2d)> {
         ([2, 5, 6, 7], 2, 1, win((1, 1), (2, 2), (0, 0), (1, 1))),
         ([2, 2, 5, 5], 3, 1, win((1, 1), (1, 1), (0, 0), (1, 1))),
         ([1, 2, 6, 6], 4, 2, win((3, 3), (1, 2), (2, 2), (2, 1))),
+        ([2, 4, 8, 6], 6, 2, win((3, 3), (2, 2), (1, 1), (1, 1))),
+        ([2, 3, 8, 5], 4, 1, win((3, 3), (2, 1), (1, 1), (1, 1))),
     ]
 }
 

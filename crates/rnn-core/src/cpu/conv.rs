@@ -57,20 +57,38 @@ impl ConvShape {
         self.in_c * self.hw.0 * self.hw.1
     }
 
+    /// Whether the backward sums the weight gradient transposed (`[groups, kg, og]`), as
+    /// `cols @ gzᵀ` per image: the orientation `product` would pick for `gz @ colsᵀ`, minus
+    /// its write-back of every image's product; [`Self::untranspose_weight_grad`] turns the
+    /// sums around once at the end.
+    fn weight_grad_transposed(&self) -> bool {
+        runs_transposed((self.group_out(), self.group_k()), self.positions() as isize, super::simd::has_avx512())
+    }
+
+    /// The weight gradient `[out_c, in_c / groups, kh, kw]` from its transposed sums.
+    fn untranspose_weight_grad<T: Copy>(&self, sums: &[T]) -> Vec<T> {
+        let (og, kg) = (self.group_out(), self.group_k());
+        let mut w = Vec::with_capacity(sums.len());
+        for group in sums.chunks_exact((og * kg).max(1)) {
+            w.extend((0..og * kg).map(|i| group[i % kg * og + i / kg]));
+        }
+        w
+    }
+
     fn cols_len(&self) -> usize {
         self.in_c * self.window.taps() * self.positions()
     }
 
     /// Unfolds image `xi` (`[in_c, h, w]`) into `cols`, `[in_c * kh * kw, Ho * Wo]`, reusing
-    /// its allocation.
-    fn unfold_image<T: Float>(&self, xi: &[T], cols: &mut Vec<T>) {
+    /// its allocation (and that of `phases`, the scratch of strided planes).
+    fn unfold_image<T: Float>(&self, xi: &[T], cols: &mut Vec<T>, phases: &mut Vec<T>) {
         let (plane, hw, n) = (self.plane(), self.hw.0 * self.hw.1, self.cols_len());
         let per_channel = self.window.taps() * self.positions();
         cols.clear();
         cols.reserve(n);
         let spare: &mut [MaybeUninit<T>] = &mut cols.spare_capacity_mut()[..n];
         for (c, dst) in spare.chunks_mut(per_channel).enumerate() {
-            plane.unfold(&xi[c * hw..][..hw], dst, T::zero());
+            plane.unfold(&xi[c * hw..][..hw], dst, T::zero(), phases);
         }
         // SAFETY: `reserve` made room for `n` elements and `Plane::unfold` wrote every element
         // of each channel's chunk; the chunks cover 0..n.
@@ -200,8 +218,8 @@ pub(crate) fn conv2d_forward<T: Float + 'static>(
     if y.is_empty() {
         return Ok(y);
     }
-    let image = |i: usize, out: &mut [T], (cols, scratch): &mut (Vec<T>, Vec<T>)| {
-        s.unfold_image(&x[i * s.image_len()..][..s.image_len()], cols);
+    let image = |i: usize, out: &mut [T], (cols, scratch, phases): &mut (Vec<T>, Vec<T>, Vec<T>)| {
+        s.unfold_image(&x[i * s.image_len()..][..s.image_len()], cols, phases);
         if let Some(b) = bias {
             out.chunks_mut(l).zip(b).for_each(|(row, &v)| row.fill(v));
         }
@@ -214,7 +232,7 @@ pub(crate) fn conv2d_forward<T: Float + 'static>(
             relu_in_place(out);
         }
     };
-    let buffers = || (Vec::new(), Vec::new());
+    let buffers = || (Vec::new(), Vec::new(), Vec::new());
     y.par_chunks_mut(image_out).enumerate().for_each_init(buffers, |bufs, (i, out)| image(i, out, bufs));
     Ok(y)
 }
@@ -233,6 +251,8 @@ struct Scratch<T> {
     /// A transposed product's output (see `product`).
     product: Vec<T>,
     grad_cols: Vec<T>,
+    /// Phase planes of strided convolutions (see `Plane::unfold`).
+    phases: Vec<T>,
     masked: Vec<T>,
     w: Vec<T>,
     b: Vec<T>,
@@ -244,6 +264,7 @@ impl<T: Float> Scratch<T> {
             cols: Vec::new(),
             product: Vec::new(),
             grad_cols: Vec::new(),
+            phases: Vec::new(),
             masked: Vec::new(),
             w: vec![T::zero(); w_len],
             b: vec![T::zero(); s.out_c],
@@ -291,6 +312,7 @@ impl<T: Float + 'static> ConvBackward<'_, T> {
             )
             .reduce_with(Scratch::merge);
         let (w, b) = match sums {
+            Some(sc) if s.weight_grad_transposed() => (s.untranspose_weight_grad(&sc.w), sc.b),
             Some(sc) => (sc.w, sc.b),
             None => (vec![T::zero(); self.w.len()], vec![T::zero(); s.out_c]),
         };
@@ -306,13 +328,18 @@ impl<T: Float + 'static> ConvBackward<'_, T> {
         for (row, b) in gz.chunks(l.max(1)).zip(sc.b.iter_mut()) {
             *b = *b + fold_lanes(row, T::zero(), |v| v, |a, c| a + c);
         }
-        s.unfold_image(&self.x[i * s.image_len()..][..s.image_len()], &mut sc.cols);
+        s.unfold_image(&self.x[i * s.image_len()..][..s.image_len()], &mut sc.cols, &mut sc.phases);
+        let transposed_sums = s.weight_grad_transposed();
         for g in 0..s.groups {
             let (gzg, cg) = (&gz[g * og * l..][..og * l], &sc.cols[g * kg * l..][..kg * l]);
-            // SAFETY: gw_g (og x kg) += gz_g (og x l) @ cols_gᵀ (l x kg), all in bounds.
-            unsafe {
-                product(&mut sc.w[g * og * kg..], (og, kg, l), rows(gzg, l), transposed(cg, l), true, &mut sc.product)
-            };
+            let sums = &mut sc.w[g * og * kg..];
+            if transposed_sums {
+                // SAFETY: gw_gᵀ (kg x og) += cols_g (kg x l) @ gz_gᵀ (l x og), all in bounds.
+                unsafe { product_as(sums, (kg, og, l), rows(cg, l), transposed(gzg, l), true, &mut sc.product, false) };
+            } else {
+                // SAFETY: gw_g (og x kg) += gz_g (og x l) @ cols_gᵀ (l x kg), all in bounds.
+                unsafe { product(sums, (og, kg, l), rows(gzg, l), transposed(cg, l), true, &mut sc.product) };
+            }
         }
         let Some(gxi) = gxi else { return };
         sc.grad_cols.resize(s.cols_len(), T::zero());
@@ -324,7 +351,7 @@ impl<T: Float + 'static> ConvBackward<'_, T> {
         }
         let (plane, hw, per_channel) = (s.plane(), s.hw.0 * s.hw.1, s.window.taps() * l);
         for (c, dst) in gxi.chunks_mut(hw.max(1)).enumerate().take(s.in_c) {
-            plane.fold_scratch(&mut sc.grad_cols[c * per_channel..][..per_channel], dst);
+            plane.fold_scratch(&mut sc.grad_cols[c * per_channel..][..per_channel], dst, &mut sc.phases);
         }
     }
 
@@ -356,6 +383,22 @@ mod tests {
                 product_as(dst, dims, a, b, accumulate, &mut Vec::new(), transposed)
             });
         }
+    }
+
+    /// Transposed weight-gradient sums, `[groups, kg, og]`, back to `[groups, og, kg]`.
+    #[test]
+    fn weight_grad_sums_turn_around_per_group() {
+        let window = Window2d { kernel: (1, 1), stride: (1, 1), padding: (0, 0), dilation: (1, 1) };
+        let s = ConvShape { batch: 1, in_c: 6, out_c: 4, groups: 2, hw: (1, 1), out_hw: (1, 1), window };
+        // Group g, input channel k, output channel o holds 100 g + 10 o + k.
+        let (og, kg) = (2, 3);
+        let sums: Vec<f32> = (0..2)
+            .flat_map(|g| (0..kg).flat_map(move |k| (0..og).map(move |o| (100 * g + 10 * o + k) as f32)))
+            .collect();
+        let want: Vec<f32> = (0..2)
+            .flat_map(|g| (0..og).flat_map(move |o| (0..kg).map(move |k| (100 * g + 10 * o + k) as f32)))
+            .collect();
+        assert_eq!(s.untranspose_weight_grad(&sums), want);
     }
 
     #[test]

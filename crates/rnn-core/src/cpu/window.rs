@@ -2,6 +2,12 @@
 //! offset `(i, j)` maps a window row to one input row, and a run of window columns to input
 //! columns `stride` apart: the runs are copied (or added) whole, as contiguous slices when the
 //! stride is 1, and only the ends of each run that fall in the padding are filled.
+//!
+//! Most planes take a faster path: when the windows tile the input exactly (output width =
+//! input width / stride, as a "same" 3x3 or a stride-2 downsampling convolution), the input
+//! splits into `stride.0 x stride.1` phase planes (the rows and columns of one remainder
+//! each), and every kernel offset reads one phase plane shifted by a fixed amount: one
+//! contiguous run per offset instead of one strided gather per window row.
 
 use rayon::prelude::*;
 
@@ -57,13 +63,16 @@ impl Plane<'_> {
 
     /// Writes the windows of one input plane (`h * w`) into `dst` (`kh * kw * ho * wo`),
     /// every element of it: each (kernel offset, window row) is one row of `wo`, filled with
-    /// `pad` or copied, whole.
-    pub(super) fn unfold<T: Copy>(&self, src: &[T], dst: &mut [MaybeUninit<T>], pad: T) {
-        if self.is_shift() {
-            self.unfold_shifted(src, dst, pad)
-        } else {
-            self.unfold_rows(src, dst, pad)
+    /// `pad` or copied, whole. `phases` is scratch for strided planes (reused across calls).
+    pub(super) fn unfold<T: Copy>(&self, src: &[T], dst: &mut [MaybeUninit<T>], pad: T, phases: &mut Vec<T>) {
+        if !self.is_shift() {
+            return self.unfold_rows(src, dst, pad);
         }
+        if self.window.stride == (1, 1) {
+            return self.unfold_shifted(src, dst, pad);
+        }
+        self.split_phases(src, phases, pad);
+        self.unfold_shifted(phases, dst, pad)
     }
 
     /// `unfold` one window row at a time (any geometry).
@@ -101,43 +110,104 @@ impl Plane<'_> {
         });
     }
 
-    /// Whether every kernel offset is a plain shift of the plane: stride 1 both ways and
-    /// windows as wide as the input (a "same" convolution, as 3x3 with padding 1). Window
-    /// element `(oh, ow)` of offset `(i, j)` then reads input element `oh * w + ow + shift`
-    /// with one `shift` per offset, so its valid rows are one contiguous run of the input.
+    /// Whether every kernel offset is a plain shift of one phase plane: the input's rows and
+    /// columns split evenly by the stride, and the windows are as many per row as a phase
+    /// plane is wide (stride 1: as wide as the input, a "same" convolution like 3x3 with
+    /// padding 1; stride 2: half as wide, as 3x3 with padding 1 on an even plane). Window
+    /// element `(oh, ow)` of offset `(i, j)` then reads element `oh * wo + ow + shift` of one
+    /// phase plane, with one `shift` per offset, so its valid rows are one contiguous run of
+    /// that phase plane. Only planes whose windows read every phase are split: a 1x1 window
+    /// of stride 2 reads a quarter of the input, which the row path gathers for less than
+    /// splitting it all.
     fn is_shift(&self) -> bool {
-        self.window.stride == (1, 1) && self.wo == self.w
+        let Window2d { kernel: k, stride: s, padding: p, dilation: d } = *self.window;
+        let reads_every_phase = |k: usize, s: usize, p: usize, d: usize| {
+            (0..s).all(|phase| (0..k).any(|i| phase_of(i * d, p, s).0 == phase))
+        };
+        let tiles = self.h % s.0 == 0 && self.w % s.1 == 0 && self.wo == self.w / s.1;
+        tiles && reads_every_phase(k.0, s.0, p.0, d.0) && reads_every_phase(k.1, s.1, p.1, d.1)
     }
 
-    /// Calls `f(tap, rows, cols, shift)` for each kernel offset of a shift plane
-    /// ([`Self::is_shift`]): window rows `rows` and columns `cols` read the input, at
-    /// `index + shift`; every other window element is padding.
-    fn for_each_shift(&self, mut f: impl FnMut(usize, (usize, usize), (usize, usize), isize)) {
-        let Window2d { kernel: k, padding: p, dilation: d, .. } = *self.window;
+    /// Rows and columns of each phase plane of a shift plane.
+    fn phase_size(&self) -> (usize, usize) {
+        (self.h / self.window.stride.0, self.w / self.window.stride.1)
+    }
+
+    /// Calls `f(tap, rows, cols, phase, shift)` for each kernel offset of a shift plane
+    /// ([`Self::is_shift`]): window rows `rows` and columns `cols` read phase plane `phase`
+    /// (`row_phase * sw + col_phase`; the input itself at stride 1), at `index + shift`;
+    /// every other window element is padding.
+    fn for_each_shift(&self, mut f: impl FnMut(usize, (usize, usize), (usize, usize), usize, isize)) {
+        let Window2d { kernel: k, stride: s, padding: p, dilation: d } = *self.window;
+        let (hp, wp) = self.phase_size();
         for i in 0..k.0 {
-            let rows = valid_range(self.ho, self.h, 1, i * d.0, p.0);
+            let (row_phase, down) = phase_of(i * d.0, p.0, s.0);
+            let rows = shifted_range(self.ho, hp, down);
             for j in 0..k.1 {
-                let cols = valid_range(self.wo, self.w, 1, j * d.1, p.1);
-                let (down, right) = ((i * d.0) as isize - p.0 as isize, (j * d.1) as isize - p.1 as isize);
-                f(i * k.1 + j, rows, cols, down * self.w as isize + right);
+                let (col_phase, right) = phase_of(j * d.1, p.1, s.1);
+                let cols = shifted_range(self.wo, wp, right);
+                f(i * k.1 + j, rows, cols, row_phase * s.1 + col_phase, down * wp as isize + right);
             }
         }
     }
 
-    /// `unfold` of a shift plane: per offset, one copy of the run from its first valid
-    /// element to its last, then the padding columns of each row and the padding rows.
+    /// Splits the input plane into its phase planes, one after another in `phases`: phase
+    /// `(r, c)` holds the input elements `(y * sh + r, x * sw + c)`. Every element of
+    /// `phases` is written, so `filler` only sizes it.
+    fn split_phases<T: Copy>(&self, src: &[T], phases: &mut Vec<T>, filler: T) {
+        let ((sh, sw), (hp, wp)) = (self.window.stride, self.phase_size());
+        phases.resize(self.h * self.w, filler);
+        for (r, row) in src.chunks_exact(self.w.max(1)).take(self.h).enumerate() {
+            let block = &mut phases[r % sh * sw * hp * wp..][..sw * hp * wp];
+            let at = (r / sh) * wp;
+            if sw == 2 {
+                let (even, odd) = block.split_at_mut(hp * wp);
+                // Pairs of a fixed width: LLVM splits whole vectors with shuffles.
+                let pairs = even[at..][..wp].iter_mut().zip(&mut odd[at..][..wp]).zip(row.chunks_exact(2));
+                pairs.for_each(|((e, o), pair)| (*e, *o) = (pair[0], pair[1]));
+                continue;
+            }
+            for (c, phase) in block.chunks_exact_mut(hp * wp).enumerate() {
+                phase[at..][..wp].iter_mut().zip(row[c..].iter().step_by(sw)).for_each(|(o, &x)| *o = x);
+            }
+        }
+    }
+
+    /// Adds the phase planes `phases` into the input plane `dst` (the adjoint of
+    /// [`Self::split_phases`]).
+    fn add_phases<T: Elem>(&self, phases: &[T], dst: &mut [T]) {
+        let ((sh, sw), (hp, wp)) = (self.window.stride, self.phase_size());
+        for (r, row) in dst.chunks_exact_mut(self.w.max(1)).take(self.h).enumerate() {
+            let block = &phases[r % sh * sw * hp * wp..][..sw * hp * wp];
+            let at = (r / sh) * wp;
+            if sw == 2 {
+                let (even, odd) = block.split_at(hp * wp);
+                let pairs = even[at..][..wp].iter().zip(&odd[at..][..wp]).zip(row.chunks_exact_mut(2));
+                pairs.for_each(|((&e, &o), pair)| (pair[0], pair[1]) = (pair[0].add(e), pair[1].add(o)));
+                continue;
+            }
+            for (c, phase) in block.chunks_exact(hp * wp).enumerate() {
+                row[c..].iter_mut().step_by(sw).zip(&phase[at..][..wp]).for_each(|(o, &v)| *o = o.add(v));
+            }
+        }
+    }
+
+    /// `unfold` of a shift plane, from its phase planes `src` (the input itself at stride
+    /// 1): per offset, one copy of the run from its first valid element to its last, then
+    /// the padding columns of each row and the padding rows.
     fn unfold_shifted<T: Copy>(&self, src: &[T], dst: &mut [MaybeUninit<T>], pad: T) {
-        let (wo, positions) = (self.wo, self.ho * self.wo);
+        let (wo, positions, (hp, wp)) = (self.wo, self.ho * self.wo, self.phase_size());
         let fill = |out: &mut [MaybeUninit<T>]| fill_with(out, pad);
-        self.for_each_shift(|tap, (r0, r1), (lo, hi), shift| {
+        self.for_each_shift(|tap, (r0, r1), (lo, hi), phase, shift| {
             let out = &mut dst[tap * positions..][..positions];
             if r0 >= r1 || lo >= hi {
                 return fill(out);
             }
             let (start, end) = (r0 * wo + lo, (r1 - 1) * wo + hi);
-            // The run's first and last elements are valid input elements (row r0 / r1 - 1,
-            // columns lo / hi - 1), so the run lies inside `src`.
-            let from = &src[start.wrapping_add_signed(shift)..][..end - start];
+            // The run's first and last elements are valid phase plane elements (row r0 /
+            // r1 - 1, columns lo / hi - 1; the plane's rows are `wo` long), so the run lies
+            // inside the plane.
+            let from = &src[phase * hp * wp..][..hp * wp][start.wrapping_add_signed(shift)..][..end - start];
             for (o, &x) in out[start..end].iter_mut().zip(from) {
                 o.write(x);
             }
@@ -145,29 +215,38 @@ impl Plane<'_> {
             fill(&mut out[end..]);
             // Between the rows of the run, the columns outside lo..hi read the neighbouring
             // input row: padding instead.
-            for row in r0..r1 - 1 {
-                fill(&mut out[row * wo + hi..(row + 1) * wo + lo]);
-            }
+            row_gaps(out, (r0, r1), (lo, hi), wo, |gap| fill(gap));
         });
     }
 
     /// `fold` for a `src` the caller no longer needs: on shift planes its padding elements
-    /// are zeroed, and then each offset's run is added with one contiguous loop.
-    pub(super) fn fold_scratch<T: Elem>(&self, src: &mut [T], dst: &mut [T]) {
+    /// are zeroed, and then each offset's run is added with one contiguous loop (into the
+    /// phase planes, in `phases`, for a strided plane; they are added to `dst` at the end).
+    pub(super) fn fold_scratch<T: Elem>(&self, src: &mut [T], dst: &mut [T], phases: &mut Vec<T>) {
         if !self.is_shift() {
             return self.fold(src, dst);
         }
-        let (wo, positions) = (self.wo, self.ho * self.wo);
-        self.for_each_shift(|tap, (r0, r1), (lo, hi), shift| {
+        if self.window.stride == (1, 1) {
+            return self.add_shifted(src, dst);
+        }
+        phases.clear();
+        phases.resize(self.h * self.w, T::from_f64(0.0));
+        self.add_shifted(src, phases);
+        self.add_phases(phases, dst);
+    }
+
+    /// The adjoint of [`Self::unfold_shifted`]: adds the window elements `src` into the
+    /// phase planes `dst`, zeroing `src`'s padding elements first.
+    fn add_shifted<T: Elem>(&self, src: &mut [T], dst: &mut [T]) {
+        let (wo, positions, (hp, wp)) = (self.wo, self.ho * self.wo, self.phase_size());
+        self.for_each_shift(|tap, (r0, r1), (lo, hi), phase, shift| {
             if r0 >= r1 || lo >= hi {
                 return;
             }
             let values = &mut src[tap * positions..][..positions];
-            for row in r0..r1 - 1 {
-                values[row * wo + hi..(row + 1) * wo + lo].fill(T::from_f64(0.0));
-            }
+            row_gaps(values, (r0, r1), (lo, hi), wo, |gap| gap.fill(T::from_f64(0.0)));
             let (start, end) = (r0 * wo + lo, (r1 - 1) * wo + hi);
-            let out = &mut dst[start.wrapping_add_signed(shift)..][..end - start];
+            let out = &mut dst[phase * hp * wp..][..hp * wp][start.wrapping_add_signed(shift)..][..end - start];
             // A run of about a plane: the SIMD tier of this CPU pays for its call.
             zip_assign(out, &values[start..end], &|o: T, v: T| o.add(v));
         });
@@ -194,11 +273,42 @@ impl Plane<'_> {
     }
 }
 
+/// Calls `f` on the gap between each pair of consecutive rows of `r0..r1` of a shift run in
+/// `out` (rows of `wo`): columns `hi..wo` of one row and `0..lo` of the next, which read the
+/// neighbouring input row and so are padding. One chunk per row rather than an index
+/// computation per row: the gaps are only one or two elements long in a 3x3 convolution.
+fn row_gaps<E>(out: &mut [E], (r0, r1): (usize, usize), (lo, hi): (usize, usize), wo: usize, f: impl Fn(&mut [E])) {
+    let gap = wo - (hi - lo);
+    if gap == 0 || r1 - r0 < 2 {
+        return;
+    }
+    let rows = out[r0 * wo + hi..(r1 - 1) * wo + hi].chunks_exact_mut(wo);
+    if gap == 1 {
+        rows.for_each(|row| f(&mut row[..1]));
+    } else {
+        rows.for_each(|row| f(&mut row[..gap]));
+    }
+}
+
 /// Writes `pad` to every element of `out`.
 fn fill_with<T: Copy>(out: &mut [MaybeUninit<T>], pad: T) {
     out.iter_mut().for_each(|o| {
         o.write(pad);
     })
+}
+
+/// The phase (`offset - pad` modulo `stride`) and the shift in phase-plane rows (the same
+/// divided by `stride`, rounded down) of a kernel offset `offset` along one axis.
+fn phase_of(offset: usize, pad: usize, stride: usize) -> (usize, isize) {
+    let (offset, stride) = (offset as isize - pad as isize, stride as isize);
+    (offset.rem_euclid(stride) as usize, offset.div_euclid(stride))
+}
+
+/// The positions `o` in `0..out_len` whose `o + shift` lies in `0..in_len`.
+fn shifted_range(out_len: usize, in_len: usize, shift: isize) -> (usize, usize) {
+    let lo = shift.min(0).unsigned_abs();
+    let hi = (in_len as isize - shift).clamp(0, out_len as isize) as usize;
+    (lo.min(hi), hi)
 }
 
 /// A vector of `planes` planes of `plane_len` elements, plane `i` written by
@@ -238,8 +348,10 @@ fn unfold_typed<T: WithDType>(x: &[T], plane: &Plane, planes: usize, pad: f64) -
     let (in_len, out_len) = (plane.h * plane.w, plane.window.taps() * plane.ho * plane.wo);
     let pad = T::from_f64(pad);
     // An empty input plane (H or W is 0, the padding is not) has no valid rows: all padding.
-    let write = |i: usize, dst: &mut [MaybeUninit<T>], _: &mut ()| plane.unfold(&x[i * in_len..][..in_len], dst, pad);
-    build_planes((planes, out_len), planes * out_len, || (), write)
+    let write = |i: usize, dst: &mut [MaybeUninit<T>], phases: &mut Vec<T>| {
+        plane.unfold(&x[i * in_len..][..in_len], dst, pad, phases)
+    };
+    build_planes((planes, out_len), planes * out_len, Vec::new, write)
 }
 
 fn fold_typed<T: Elem>(cols: &[T], plane: &Plane, planes: usize) -> Result<Vec<T>> {
@@ -289,8 +401,10 @@ mod tests {
 
     fn unfolded(plane: &Plane, src: &[f32], shifted: bool) -> Vec<f32> {
         let mut dst = vec![MaybeUninit::new(f32::NAN); plane.window.taps() * plane.ho * plane.wo];
+        // Scratch left dirty, as by an earlier plane.
+        let mut phases = vec![f32::NAN; 5];
         match shifted {
-            true => plane.unfold_shifted(src, &mut dst, -7.0),
+            true => plane.unfold(src, &mut dst, -7.0, &mut phases),
             false => plane.unfold_rows(src, &mut dst, -7.0),
         }
         // SAFETY: both paths write every element (checked below: the pad value is not NaN
@@ -335,9 +449,9 @@ mod tests {
         }
     }
 
-    /// The one-run-per-offset paths of shift planes against the row-by-row paths, on planes
-    /// with rows and columns in the padding, dilation, more padding than the kernel reaches,
-    /// and 1-wide planes.
+    /// The one-run-per-offset paths of shift planes against the row-by-row paths, at strides
+    /// 1-3 (phase planes), on planes with rows and columns in the padding, dilation, more
+    /// padding than the kernel reaches, and 1-wide planes.
     #[test]
     fn shift_paths_match_row_paths() {
         let geometries = [
@@ -348,25 +462,37 @@ mod tests {
             ((3, 1), (0, 0), (1, 1)),
             ((1, 3), (3, 1), (1, 1)),
             ((3, 5), (1, 2), (3, 1)),
+            ((2, 2), (0, 0), (1, 1)),
         ];
-        for (kernel, padding, dilation) in geometries {
-            for (h, w) in [(1, 1), (2, 3), (5, 4), (8, 8), (7, 9)] {
-                let window = Window2d { kernel, stride: (1, 1), padding, dilation };
-                let Ok((ho, wo)) = window.output_size("test", (h, w)) else { continue };
-                let plane = Plane { h, w, ho, wo, window: &window };
-                if !plane.is_shift() {
-                    continue;
-                }
-                let src: Vec<f32> = (0..h * w).map(|i| i as f32 + 1.0).collect();
-                let got = unfolded(&plane, &src, true);
-                assert!(got.iter().all(|x| !x.is_nan()), "{window:?} {h}x{w}: element not written");
-                assert_eq!(got, unfolded(&plane, &src, false), "{window:?} {h}x{w}");
-                let cols: Vec<f32> = (0..got.len()).map(|i| (i % 13) as f32 - 6.0).collect();
-                let (mut want, mut sums) = (vec![0.5; h * w], vec![0.5; h * w]);
-                plane.fold(&cols, &mut want);
-                plane.fold_scratch(&mut cols.clone(), &mut sums);
-                assert_eq!(sums, want, "fold {window:?} {h}x{w}");
+        let planes = [(1, 1), (2, 3), (5, 4), (8, 8), (7, 9), (6, 6), (4, 8), (9, 6), (6, 12), (2, 2)];
+        let strides = [(1, 1), (2, 2), (1, 2), (2, 1), (3, 3), (3, 2)];
+        let mut strided = 0;
+        let mut phases = vec![f32::NAN; 3];
+        for ((kernel, padding, dilation), (h, w), stride) in combinations(&geometries, &planes, &strides) {
+            let window = Window2d { kernel, stride, padding, dilation };
+            let Ok((ho, wo)) = window.output_size("test", (h, w)) else { continue };
+            let plane = Plane { h, w, ho, wo, window: &window };
+            if !plane.is_shift() {
+                continue;
             }
+            strided += usize::from(stride != (1, 1));
+            let src: Vec<f32> = (0..h * w).map(|i| i as f32 + 1.0).collect();
+            let got = unfolded(&plane, &src, true);
+            assert!(got.iter().all(|x| !x.is_nan()), "{window:?} {h}x{w}: element not written");
+            assert_eq!(got, unfolded(&plane, &src, false), "{window:?} {h}x{w}");
+            let cols: Vec<f32> = (0..got.len()).map(|i| (i % 13) as f32 - 6.0).collect();
+            let (mut want, mut sums) = (vec![0.5; h * w], vec![0.5; h * w]);
+            plane.fold(&cols, &mut want);
+            phases.iter_mut().for_each(|p| *p = f32::NAN);
+            plane.fold_scratch(&mut cols.clone(), &mut sums, &mut phases);
+            assert_eq!(sums, want, "fold {window:?} {h}x{w}");
         }
+        // The stride 2 convolutions of a ResNet (3x3 padding 1, 1x1) and the others above.
+        assert!(strided >= 40, "only {strided} strided shift planes");
+    }
+
+    /// Every combination of one item of each list.
+    fn combinations<A: Copy, B: Copy, C: Copy>(a: &[A], b: &[B], c: &[C]) -> Vec<(A, B, C)> {
+        a.iter().flat_map(|&x| b.iter().flat_map(move |&y| c.iter().map(move |&z| (x, y, z)))).collect()
     }
 }

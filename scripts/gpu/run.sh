@@ -39,11 +39,12 @@ status=0
     timeout 60 ./bin/rnn devices
 } > "$OUT/machine.txt" 2>&1
 
-# One test binary; its log goes to tests/<name>.txt, a failure or a timeout is named in it.
-# Of the distributed tests only the CUDA arms run here (the others start mpirun, and run in
-# CI); RNN_REQUIRE_NCCL=1 makes them fail where NCCL did not do the reducing.
+# One test binary; its log goes to tests/<name>.txt (the binary's name unless a second argument
+# names it; further arguments filter the tests), a failure or a timeout is named in it. Of the
+# distributed tests only the CUDA arms run here (the others start mpirun, and run in CI);
+# RNN_REQUIRE_NCCL=1 makes them fail where NCCL did not do the reducing.
 run_test() {
-    local t=$1 log="$OUT/tests/$(basename "$1").txt" filter=()
+    local t=$1 log="$OUT/tests/${2:-$(basename "$1")}.txt" filter=("${@:3}")
     case "$(basename "$t")" in test-collectives | test-distributed) filter=(::cuda) ;; esac
     RNN_REQUIRE_NCCL=1 timeout "$TEST_TIMEOUT" "$t" "${filter[@]}" --test-threads=4 > "$log" 2>&1
     local rc=$?
@@ -55,9 +56,7 @@ export OUT TEST_TIMEOUT
 ls bin/test-* | xargs -P "$TEST_JOBS" -I{} bash -c 'run_test {}' || status=1
 # The attention tests again on the scalar kernels a GPU before Ampere runs for f16 / bf16.
 if [ -x bin/test-attention ]; then
-    log="$OUT/tests/test-attention-scalar.txt"
-    RNN_CUDA_TENSOR_CORES=0 timeout "$TEST_TIMEOUT" bin/test-attention cuda --test-threads=4 > "$log" 2>&1 ||
-        { status=1; echo "FAILED: bin/test-attention with RNN_CUDA_TENSOR_CORES=0" >> "$log"; }
+    RNN_CUDA_TENSOR_CORES=0 run_test bin/test-attention test-attention-scalar cuda || status=1
 fi
 for log in "$OUT"/tests/*.txt; do echo "== $log"; cat "$log"; done > "$OUT/tests.txt"
 grep -E "^test result|^FAILED|panicked" "$OUT/tests.txt"

@@ -151,15 +151,23 @@ impl Plane<'_> {
         }
     }
 
+    /// Where input row `r` goes in the phase planes: the range of the `sw` planes of its row
+    /// phase, one after another, and the offset of its row inside each of them.
+    fn phase_row(&self, r: usize) -> (std::ops::Range<usize>, usize) {
+        let ((sh, sw), (hp, wp)) = (self.window.stride, self.phase_size());
+        let first = r % sh * sw * hp * wp;
+        (first..first + sw * hp * wp, r / sh * wp)
+    }
+
     /// Splits the input plane into its phase planes, one after another in `phases`: phase
     /// `(r, c)` holds the input elements `(y * sh + r, x * sw + c)`. Every element of
     /// `phases` is written, so `filler` only sizes it.
     fn split_phases<T: Copy>(&self, src: &[T], phases: &mut Vec<T>, filler: T) {
-        let ((sh, sw), (hp, wp)) = (self.window.stride, self.phase_size());
+        let (sw, (hp, wp)) = (self.window.stride.1, self.phase_size());
         phases.resize(self.h * self.w, filler);
         for (r, row) in src.chunks_exact(self.w.max(1)).take(self.h).enumerate() {
-            let block = &mut phases[r % sh * sw * hp * wp..][..sw * hp * wp];
-            let at = (r / sh) * wp;
+            let (block, at) = self.phase_row(r);
+            let block = &mut phases[block];
             if sw == 2 {
                 let (even, odd) = block.split_at_mut(hp * wp);
                 // Pairs of a fixed width: LLVM splits whole vectors with shuffles.
@@ -176,10 +184,10 @@ impl Plane<'_> {
     /// Adds the phase planes `phases` into the input plane `dst` (the adjoint of
     /// [`Self::split_phases`]).
     fn add_phases<T: Elem>(&self, phases: &[T], dst: &mut [T]) {
-        let ((sh, sw), (hp, wp)) = (self.window.stride, self.phase_size());
+        let (sw, (hp, wp)) = (self.window.stride.1, self.phase_size());
         for (r, row) in dst.chunks_exact_mut(self.w.max(1)).take(self.h).enumerate() {
-            let block = &phases[r % sh * sw * hp * wp..][..sw * hp * wp];
-            let at = (r / sh) * wp;
+            let (block, at) = self.phase_row(r);
+            let block = &phases[block];
             if sw == 2 {
                 let (even, odd) = block.split_at(hp * wp);
                 let pairs = even[at..][..wp].iter().zip(&odd[at..][..wp]).zip(row.chunks_exact_mut(2));

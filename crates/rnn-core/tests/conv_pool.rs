@@ -19,8 +19,11 @@ fn win(kernel: (usize, usize), stride: (usize, usize), padding: (usize, usize), 
 }
 
 /// (input [N, C, H, W], out channels, groups, window) covering odd sizes, strides 1-2,
-/// padding 0-2, dilation 1-2, groups 1-3 and 1x1 kernels; the last two split their input
-/// into stride phases (even planes, one window per phase column).
+/// padding 0-2, dilation 1-2, groups 1-3 and 1x1 kernels. Configs 6 and 7 split their input
+/// into stride phases (even planes, one window per phase column). The input gradient of a
+/// stride-1 convolution runs as a convolution with the flipped weight (configs 0, 4 and 8:
+/// groups, a dilated non-square kernel) unless the padding exceeds the kernel's span
+/// (config 9, which folds).
 fn conv_configs() -> Vec<([usize; 4], usize, usize, Window2d)> {
     vec![
         ([2, 3, 7, 5], 4, 1, win((3, 3), (1, 1), (1, 1), (1, 1))),
@@ -31,6 +34,8 @@ fn conv_configs() -> Vec<([usize; 4], usize, usize, Window2d)> {
         ([1, 2, 6, 6], 4, 2, win((3, 3), (1, 2), (2, 2), (2, 1))),
         ([2, 4, 8, 6], 6, 2, win((3, 3), (2, 2), (1, 1), (1, 1))),
         ([2, 3, 8, 5], 4, 1, win((3, 3), (2, 1), (1, 1), (1, 1))),
+        ([2, 4, 7, 6], 6, 2, win((3, 2), (1, 1), (2, 1), (2, 1))),
+        ([1, 3, 5, 5], 2, 1, win((1, 1), (1, 1), (1, 1), (1, 1))),
     ]
 }
 
@@ -88,9 +93,77 @@ fn value_and_grads(
     Ok((y.detach(), g))
 }
 
+/// Configs that the CPU convolves directly, without unfolding, on AVX-512 (`conv_direct.rs`:
+/// 3x3, stride 1, 16 input channels per group; the weight gradient also needs output rows
+/// of 32 or more): output channels that fill register tiles partly (7; 16 per group; 20),
+/// positions past the last whole tile, batches of several blocks of images, dilation and
+/// uneven padding. The last two also run the input gradient directly (16 or more output
+/// channels per group).
+fn wide_conv_configs() -> Vec<([usize; 4], usize, usize, Window2d)> {
+    vec![
+        ([37, 16, 3, 32], 7, 1, win((3, 3), (1, 1), (1, 1), (1, 1))),
+        ([9, 32, 2, 33], 32, 2, win((3, 3), (1, 1), (1, 2), (1, 2))),
+        ([4, 16, 5, 32], 20, 1, win((3, 3), (1, 1), (2, 1), (2, 1))),
+    ]
+}
+
 fn conv_matches_the_composition(device: Device) -> Result<()> {
+    check_against_the_composition(conv_configs(), device)
+}
+test_device!(conv_matches_the_composition_test, conv_matches_the_composition);
+
+#[test]
+fn wide_conv_matches_the_composition() -> Result<()> {
+    check_against_the_composition(wide_conv_configs(), CPU)
+}
+
+/// Inputs with inf and NaN, which the direct weight gradient leaves to the product (its gap
+/// columns would multiply an inf in the last input column by zero), and a weight with inf,
+/// which keeps the input gradient on the fold (the flipped-weight convolution would multiply
+/// it by the zero padding): output and gradients are what the composition gives, NaN for
+/// NaN.
+#[test]
+fn conv_with_inf_and_nan_matches_the_composition() -> Result<()> {
+    let (dims, o, groups, window) = wide_conv_configs()[0];
+    let [n, c, h, w] = dims;
+    for dtype in [DType::F32, DType::F64] {
+        let mut xv = random(&dims, DType::F64, 5, CPU)?.to_vec::<f64>()?;
+        xv[((3 * c + 2) * h + 1) * w + w - 1] = f64::INFINITY;
+        xv[((5 * c + 7) * h + 2) * w + 4] = f64::NAN;
+        let x = Tensor::from_vec(xv, &dims[..], CPU)?.to_dtype(dtype)?;
+        for inf_weight in [false, true] {
+            let mut wv = random(&[o, c / groups, 3, 3], DType::F64, 6, CPU)?.to_vec::<f64>()?;
+            if inf_weight {
+                wv[4 * 9 + 6] = f64::NEG_INFINITY;
+            }
+            let wt = Tensor::from_vec(wv, (o, c / groups, 3, 3), CPU)?.to_dtype(dtype)?;
+            let inputs = [x.clone(), wt];
+            let upstream = random(&[n, o, h, w], dtype, 7, CPU)?;
+            let fused = |t: &[Tensor]| t[0].conv2d(&t[1], None, &window, groups, Epilogue::None);
+            let reference = |t: &[Tensor]| reference_conv(&t[0], &t[1], None, &window, groups, false);
+            let (y, g) = value_and_grads(&inputs, &upstream, fused)?;
+            let (y_ref, g_ref) = value_and_grads(&inputs, &upstream, reference)?;
+            let values = std::iter::once((&y, &y_ref)).chain(g.iter().zip(&g_ref));
+            for (k, (a, r)) in values.enumerate() {
+                let (a, r) = (a.to_dtype(DType::F64)?.to_vec::<f64>()?, r.to_dtype(DType::F64)?.to_vec::<f64>()?);
+                let what = format!("{dtype:?} inf weight {inf_weight}: output, then gradients: {k}");
+                if k != 1 || inf_weight {
+                    assert!(a.iter().any(|v| !v.is_finite()), "{what}: the non-finite values reach it");
+                }
+                for (i, (a, r)) in a.iter().zip(&r).enumerate() {
+                    let same = (a.is_nan() && r.is_nan()) || a == r || (a - r).abs() <= 1e-4 * r.abs().max(1.0);
+                    assert!(same, "{what}: element {i}: {a} against {r}");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The fused convolution's value and gradients against the composition on `configs`.
+fn check_against_the_composition(configs: Vec<([usize; 4], usize, usize, Window2d)>, device: Device) -> Result<()> {
     let dtypes: &[DType] = if device.is_cpu() { &[DType::F32, DType::F64] } else { &[DType::F32] };
-    for (i, (dims, o, groups, window)) in conv_configs().into_iter().enumerate() {
+    for (i, (dims, o, groups, window)) in configs.into_iter().enumerate() {
         for &dtype in dtypes {
             for (relu, bias) in [(false, true), (true, true), (true, false)] {
                 let seed = 100 * i as u64;
@@ -116,7 +189,6 @@ fn conv_matches_the_composition(device: Device) -> Result<()> {
     }
     Ok(())
 }
-test_device!(conv_matches_the_composition_test, conv_matches_the_composition);
 
 fn no_grad_shape(inputs: &[Tensor], f: impl Fn(&[Tensor]) -> Result<Tensor>) -> Result<Vec<usize>> {
     Ok(rnn_core::no_grad(|| f(inputs))?.dims().to_vec())
@@ -124,7 +196,7 @@ fn no_grad_shape(inputs: &[Tensor], f: impl Fn(&[Tensor]) -> Result<Tensor>) -> 
 
 #[test]
 fn conv_gradchecks() -> Result<()> {
-    for (i, (dims, o, groups, window)) in conv_configs().into_iter().enumerate().take(4) {
+    for (i, (dims, o, groups, window)) in conv_configs().into_iter().enumerate() {
         let small = [dims[0].min(2), dims[1], dims[2].min(6), dims[3].min(6)];
         let x = random(&small, DType::F64, i as u64, CPU)?;
         let w = random(&[o, dims[1] / groups, window.kernel.0, window.kernel.1], DType::F64, 7 + i as u64, CPU)?;

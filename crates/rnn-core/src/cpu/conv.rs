@@ -1,17 +1,22 @@
 //! The fused 2-D convolution on the CPU (`Tensor::conv2d`), one image at a time: its windows
 //! are unfolded (im2col) into a per-thread scratch buffer, multiplied by the weight through
 //! packed gemm straight into the image's `[out, Ho * Wo]` output (which already holds the
-//! bias), and the ReLU is applied while that output is in cache. The backward unfolds each
-//! image again for the weight gradient, masks the output gradient by the ReLU on the fly,
-//! sums the bias gradient straight from it, and folds (col2im) the input gradient of one
-//! image while it is hot. Threads split the batch; every buffer of the loop is per thread
-//! and reused from image to image.
+//! bias), and the ReLU is applied while that output is in cache. The backward masks the
+//! output gradient by the ReLU on the fly and sums the bias gradient straight from it. It
+//! unfolds each image again for the weight gradient (or, for wide 3x3 stride-1 f32 layers
+//! on AVX-512, computes it directly from the padded image: `conv_direct.rs`). The input
+//! gradient of a stride-1 convolution is the convolution of the output gradient with the
+//! flipped weight; that of a strided one is folded (col2im) from the gradient of the
+//! unfolded image, one image at a time while it is hot. Threads split the batch; every
+//! buffer of the loop is per thread and reused from image to image.
 
+use std::any::TypeId;
 use std::mem::MaybeUninit;
 
 use gemm::Parallelism;
 use rayon::prelude::*;
 
+use super::conv_direct::{DirectConv, Padded};
 use super::matmul::{gemm_one, Operand};
 use super::parallel::{output_vec, zeroed_vec};
 use super::simd::fold_lanes;
@@ -94,6 +99,97 @@ impl ConvShape {
         // of each channel's chunk; the chunks cover 0..n.
         unsafe { cols.set_len(n) };
     }
+
+    /// `out = conv(xi, w) + bias` for one image: from its padded planes when `direct` is
+    /// given (`conv_direct.rs`), else its windows unfolded into `bufs.cols`, then one
+    /// product per group onto the bias.
+    fn convolve_image<T: Float + 'static>(
+        &self,
+        (xi, w, bias): (&[T], &[T], Option<&[T]>),
+        out: &mut [T],
+        direct: Option<&DirectConv>,
+        bufs: &mut ImageBuffers<T>,
+    ) {
+        if let (Some(d), Some(x32), Some(w32), Some(out32)) = (direct, as_f32(xi), as_f32(w), as_f32_mut(out)) {
+            return d.convolve(self, x32, w32, bias.and_then(as_f32), out32, &mut bufs.padded);
+        }
+        let (l, kg, og) = (self.positions(), self.group_k(), self.group_out());
+        if let Some(b) = bias {
+            out.chunks_mut(l).zip(b).for_each(|(row, &v)| row.fill(v));
+        }
+        self.unfold_image(xi, &mut bufs.cols, &mut bufs.phases);
+        for g in 0..self.groups {
+            let (wg, cg) = (&w[g * og * kg..][..og * kg], &bufs.cols[g * kg * l..][..kg * l]);
+            let (a, b) = (rows(wg, kg), rows(cg, l));
+            // SAFETY: `wg` is `og x kg` and `cg` `kg x l`, row-major; `out` holds out_c x l.
+            unsafe { product(&mut out[g * og * l..], (og, l, kg), a, b, bias.is_some(), &mut bufs.product) };
+        }
+    }
+
+    /// The input gradient of a stride-1 convolution as a convolution of the output gradient
+    /// (`[out_c, ho, wo]` per image, giving `[in_c, h, w]`) with the flipped weight
+    /// ([`Self::flipped_weight`]), padded by the dilated kernel span minus the padding:
+    /// `dx[c, y, x] = sum w[o, c, i, j] g[o, y + p - i d, x + p - j d]`. It runs the forward's
+    /// product, whose unfolded operand is the deep one, instead of a 16-deep product into
+    /// `kh * kw` times the input's size and its fold. `None` for strided convolutions, and
+    /// where the padding exceeds the span (windows past the input's edge).
+    fn input_grad_shape(&self) -> Option<ConvShape> {
+        let w = &self.window;
+        if w.stride != (1, 1) {
+            return None;
+        }
+        let pad = |k: usize, d: usize, p: usize| d.checked_mul(k.checked_sub(1)?)?.checked_sub(p);
+        let padding = (pad(w.kernel.0, w.dilation.0, w.padding.0)?, pad(w.kernel.1, w.dilation.1, w.padding.1)?);
+        let window = Window2d { padding, ..*w };
+        Some(ConvShape { in_c: self.out_c, out_c: self.in_c, hw: self.out_hw, out_hw: self.hw, window, ..*self })
+    }
+
+    /// The weight of [`Self::input_grad_shape`], `[in_c, out_c / groups, kh, kw]`: within each
+    /// group, input and output channels swapped and the kernel turned by 180 degrees.
+    fn flipped_weight<T: Copy>(&self, w: &[T]) -> Vec<T> {
+        let (og, cg, taps) = (self.group_out(), self.in_c / self.groups, self.window.taps());
+        let mut flipped = Vec::with_capacity(w.len());
+        for g in 0..self.groups {
+            for c in 0..cg {
+                for o in 0..og {
+                    let kernel = &w[((g * og + o) * cg + c) * taps..][..taps];
+                    flipped.extend(kernel.iter().rev());
+                }
+            }
+        }
+        flipped
+    }
+}
+
+/// One thread's buffers for [`ConvShape::convolve_image`], reused from image to image: the
+/// unfolded image, a transposed product's output (see `product`) and the phase planes of
+/// strided convolutions (see `Plane::unfold`).
+struct ImageBuffers<T> {
+    cols: Vec<T>,
+    product: Vec<T>,
+    phases: Vec<T>,
+    /// The padded image and output of the direct convolution.
+    padded: Padded,
+}
+
+impl<T> ImageBuffers<T> {
+    fn new() -> Self {
+        ImageBuffers { cols: Vec::new(), product: Vec::new(), phases: Vec::new(), padded: Padded::default() }
+    }
+}
+
+/// `v` as f32 values, when `T` is f32.
+fn as_f32<T: 'static>(v: &[T]) -> Option<&[f32]> {
+    // SAFETY: `T` is f32 (the same TypeId): this only renames the type.
+    (TypeId::of::<T>() == TypeId::of::<f32>())
+        .then(|| unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), v.len()) })
+}
+
+/// [`as_f32`] for a mutable slice.
+fn as_f32_mut<T: 'static>(v: &mut [T]) -> Option<&mut [f32]> {
+    // SAFETY: as `as_f32`.
+    (TypeId::of::<T>() == TypeId::of::<f32>())
+        .then(|| unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), v.len()) })
 }
 
 /// The row-major `rows x cols` matrix at the start of `s`, as a product operand.
@@ -102,7 +198,7 @@ fn rows<T>(s: &[T], cols: usize) -> Operand<T> {
 }
 
 /// The transpose of the row-major matrix at the start of `s` with `cols` columns.
-fn transposed<T>(s: &[T], cols: usize) -> Operand<T> {
+fn transposed_of<T>(s: &[T], cols: usize) -> Operand<T> {
     Operand(s.as_ptr(), 1, cols as isize)
 }
 
@@ -209,8 +305,8 @@ pub(crate) fn conv2d_forward<T: Float + 'static>(
     s: &ConvShape,
     relu: bool,
 ) -> Result<Vec<T>> {
-    let (l, kg, og) = (s.positions(), s.group_k(), s.group_out());
-    let image_out = s.out_c * l;
+    let image_out = s.out_c * s.positions();
+    let kg = s.group_k();
     // The product writes every element (onto the bias, when there is one); with no input
     // channels there is no product, and the output is the bias or zero.
     let len = s.batch * image_out;
@@ -218,21 +314,14 @@ pub(crate) fn conv2d_forward<T: Float + 'static>(
     if y.is_empty() {
         return Ok(y);
     }
-    let image = |i: usize, out: &mut [T], (cols, scratch, phases): &mut (Vec<T>, Vec<T>, Vec<T>)| {
-        s.unfold_image(&x[i * s.image_len()..][..s.image_len()], cols, phases);
-        if let Some(b) = bias {
-            out.chunks_mut(l).zip(b).for_each(|(row, &v)| row.fill(v));
-        }
-        for g in 0..s.groups {
-            let (wg, cg) = (&w[g * og * kg..][..og * kg], &cols[g * kg * l..][..kg * l]);
-            // SAFETY: `wg` is `og x kg` and `cg` `kg x l`, row-major; `out` holds out_c x l.
-            unsafe { product(&mut out[g * og * l..], (og, l, kg), rows(wg, kg), rows(cg, l), bias.is_some(), scratch) };
-        }
+    let direct = DirectConv::for_forward(s, as_f32(x).is_some());
+    let image = |i: usize, out: &mut [T], bufs: &mut ImageBuffers<T>| {
+        s.convolve_image((&x[i * s.image_len()..][..s.image_len()], w, bias), out, direct.as_ref(), bufs);
         if relu {
             relu_in_place(out);
         }
     };
-    let buffers = || (Vec::new(), Vec::new(), Vec::new());
+    let buffers = ImageBuffers::new;
     y.par_chunks_mut(image_out).enumerate().for_each_init(buffers, |bufs, (i, out)| image(i, out, bufs));
     Ok(y)
 }
@@ -244,15 +333,14 @@ pub(crate) struct ConvGrads<T> {
     pub b: Option<Vec<T>>,
 }
 
-/// One thread's buffers in the backward: the unfolded image and its gradient, the masked
-/// output gradient, and its running sums of the weight and bias gradients.
+/// One thread's buffers in the backward: those of an image's products, the gradient of
+/// the unfolded image, the masked output gradient, and the running sums of the weight and
+/// bias gradients.
 struct Scratch<T> {
-    cols: Vec<T>,
-    /// A transposed product's output (see `product`).
-    product: Vec<T>,
+    bufs: ImageBuffers<T>,
+    /// The padded operands of the direct weight gradient.
+    padded: Padded,
     grad_cols: Vec<T>,
-    /// Phase planes of strided convolutions (see `Plane::unfold`).
-    phases: Vec<T>,
     masked: Vec<T>,
     w: Vec<T>,
     b: Vec<T>,
@@ -261,17 +349,23 @@ struct Scratch<T> {
 impl<T: Float> Scratch<T> {
     fn new(s: &ConvShape, w_len: usize) -> Self {
         Scratch {
-            cols: Vec::new(),
-            product: Vec::new(),
+            bufs: ImageBuffers::new(),
+            padded: Padded::default(),
             grad_cols: Vec::new(),
-            phases: Vec::new(),
             masked: Vec::new(),
             w: vec![T::zero(); w_len],
             b: vec![T::zero(); s.out_c],
         }
     }
 
-    /// The sums of two threads.
+    /// Adds the images still pending in the direct weight gradient's block to the sums.
+    fn flush(&mut self, s: &ConvShape, wg: &WeightGrad) {
+        if let (Some(d), Some(sums)) = (&wg.direct, as_f32_mut(&mut self.w)) {
+            d.flush(s, sums, &mut self.padded);
+        }
+    }
+
+    /// The sums of two threads (each flushed).
     fn merge(mut self, other: Self) -> Self {
         self.w.iter_mut().zip(&other.w).for_each(|(a, &b)| *a = *a + b);
         self.b.iter_mut().zip(&other.b).for_each(|(a, &b)| *a = *a + b);
@@ -289,11 +383,49 @@ pub(crate) struct ConvBackward<'a, T> {
     pub shape: ConvShape,
 }
 
+/// How the backward computes the weight gradient: directly from the padded input (f32 3x3
+/// stride-1 convolutions on AVX-512, see `conv_direct.rs`; images with a non-finite input
+/// take the product, whose sums then stay in the plain orientation), or as one product per
+/// image with the unfolded input, its sums transposed or not (see
+/// [`ConvShape::weight_grad_transposed`]).
+struct WeightGrad {
+    direct: Option<DirectConv>,
+    transposed: bool,
+}
+
+/// How the backward computes the input gradient: as a convolution of the output gradient
+/// with the flipped weight (stride 1, see [`ConvShape::input_grad_shape`]), or by folding
+/// the gradient of the unfolded input.
+enum InputGrad<T> {
+    Convolution(ConvShape, Vec<T>, Option<Box<DirectConv>>),
+    Fold,
+}
+
 impl<T: Float + 'static> ConvBackward<'_, T> {
     /// The weight gradient, and the input and bias gradients when `need_x` / `need_b`.
     pub(crate) fn run(&self, need_x: bool, need_b: bool) -> Result<ConvGrads<T>> {
         let s = &self.shape;
-        let mut gx = if need_x { Some(zeroed_vec::<T>(s.batch * s.image_len())?) } else { None };
+        let direct = DirectConv::for_weight_grad(s, as_f32(self.x).is_some());
+        let weight_grad = WeightGrad { transposed: direct.is_none() && s.weight_grad_transposed(), direct };
+        // A weight with inf or NaN would meet the padding's zeros in the convolution (NaN),
+        // where the fold adds only the products inside the input.
+        let finite_weight = self.w.iter().all(|v| v.is_finite());
+        let input_grad = match s.input_grad_shape() {
+            Some(gs) if need_x && finite_weight => {
+                let direct = DirectConv::for_forward(&gs, as_f32(self.x).is_some()).map(Box::new);
+                InputGrad::Convolution(gs, s.flipped_weight(self.w), direct)
+            }
+            _ => InputGrad::Fold,
+        };
+        // A convolution writes every element of the input gradient (unless it is 0 deep);
+        // the fold adds into zeros.
+        let overwritten = matches!(&input_grad, InputGrad::Convolution(gs, ..) if gs.group_k() > 0);
+        let len = s.batch * s.image_len();
+        let mut gx = match (need_x, overwritten) {
+            (false, _) => None,
+            (true, true) => Some(output_vec::<T>(len)?),
+            (true, false) => Some(zeroed_vec::<T>(len)?),
+        };
         let images: Vec<Option<&mut [T]>> = match gx.as_mut() {
             Some(v) if s.image_len() > 0 => v.chunks_mut(s.image_len()).map(Some).collect(),
             _ => (0..s.batch).map(|_| None).collect(),
@@ -306,13 +438,17 @@ impl<T: Float + 'static> ConvBackward<'_, T> {
             .fold(
                 || Scratch::new(s, self.w.len()),
                 |mut sc, (i, gxi)| {
-                    self.image(i, gxi, &mut sc);
+                    self.image(i, gxi, (&weight_grad, &input_grad), &mut sc);
                     sc
                 },
             )
+            .map(|mut sc| {
+                sc.flush(s, &weight_grad);
+                sc
+            })
             .reduce_with(Scratch::merge);
         let (w, b) = match sums {
-            Some(sc) if s.weight_grad_transposed() => (s.untranspose_weight_grad(&sc.w), sc.b),
+            Some(sc) if weight_grad.transposed => (s.untranspose_weight_grad(&sc.w), sc.b),
             Some(sc) => (sc.w, sc.b),
             None => (vec![T::zero(); self.w.len()], vec![T::zero(); s.out_c]),
         };
@@ -320,38 +456,66 @@ impl<T: Float + 'static> ConvBackward<'_, T> {
     }
 
     /// Adds image `i`'s share of the weight and bias gradients to `sc` and writes its input
-    /// gradient to `gxi` (zeroed) when given.
-    fn image(&self, i: usize, gxi: Option<&mut [T]>, sc: &mut Scratch<T>) {
+    /// gradient to `gxi` when given (zeroed, for the fold).
+    fn image(&self, i: usize, gxi: Option<&mut [T]>, (wg, ig): (&WeightGrad, &InputGrad<T>), sc: &mut Scratch<T>) {
         let s = &self.shape;
-        let (l, kg, og) = (s.positions(), s.group_k(), s.group_out());
         let gz = self.masked_grad(i, &mut sc.masked);
-        for (row, b) in gz.chunks(l.max(1)).zip(sc.b.iter_mut()) {
+        for (row, b) in gz.chunks(s.positions().max(1)).zip(sc.b.iter_mut()) {
             *b = *b + fold_lanes(row, T::zero(), |v| v, |a, c| a + c);
         }
-        s.unfold_image(&self.x[i * s.image_len()..][..s.image_len()], &mut sc.cols, &mut sc.phases);
-        let transposed_sums = s.weight_grad_transposed();
-        for g in 0..s.groups {
-            let (gzg, cg) = (&gz[g * og * l..][..og * l], &sc.cols[g * kg * l..][..kg * l]);
-            let sums = &mut sc.w[g * og * kg..];
-            if transposed_sums {
-                // SAFETY: gw_gᵀ (kg x og) += cols_g (kg x l) @ gz_gᵀ (l x og), all in bounds.
-                unsafe { product_as(sums, (kg, og, l), rows(cg, l), transposed(gzg, l), true, &mut sc.product, false) };
-            } else {
-                // SAFETY: gw_g (og x kg) += gz_g (og x l) @ cols_gᵀ (l x kg), all in bounds.
-                unsafe { product(sums, (og, kg, l), rows(gzg, l), transposed(cg, l), true, &mut sc.product) };
-            }
+        let xi = &self.x[i * s.image_len()..][..s.image_len()];
+        let direct = match (&wg.direct, as_f32(xi), as_f32(gz), as_f32_mut(&mut sc.w)) {
+            (Some(d), Some(xi), Some(gz), Some(sums)) => d.push(s, xi, gz, sums, &mut sc.padded),
+            _ => false,
+        };
+        if !direct {
+            self.weight_grad_by_product(xi, gz, wg.transposed, &mut sc.w, &mut sc.bufs);
         }
         let Some(gxi) = gxi else { return };
-        sc.grad_cols.resize(s.cols_len(), T::zero());
+        match ig {
+            InputGrad::Convolution(gs, flipped, direct) => {
+                gs.convolve_image((gz, flipped, None), gxi, direct.as_deref(), &mut sc.bufs)
+            }
+            InputGrad::Fold => self.fold_input_grad(gz, gxi, &mut sc.grad_cols, &mut sc.bufs),
+        }
+    }
+
+    /// Adds the weight gradient of image `xi` (`gz` its output gradient) to `sums` as one
+    /// product per group with its unfolded windows, `[groups, kg, og]` when `transposed`.
+    fn weight_grad_by_product(&self, xi: &[T], gz: &[T], transposed: bool, sums: &mut [T], bufs: &mut ImageBuffers<T>) {
+        let s = &self.shape;
+        let (l, kg, og) = (s.positions(), s.group_k(), s.group_out());
+        s.unfold_image(xi, &mut bufs.cols, &mut bufs.phases);
+        for g in 0..s.groups {
+            let (gzg, cg) = (&gz[g * og * l..][..og * l], &bufs.cols[g * kg * l..][..kg * l]);
+            let sums = &mut sums[g * og * kg..];
+            if transposed {
+                // SAFETY: gw_gᵀ (kg x og) += cols_g (kg x l) @ gz_gᵀ (l x og), all in bounds.
+                unsafe {
+                    product_as(sums, (kg, og, l), rows(cg, l), transposed_of(gzg, l), true, &mut bufs.product, false)
+                };
+            } else {
+                // SAFETY: gw_g (og x kg) += gz_g (og x l) @ cols_gᵀ (l x kg), all in bounds.
+                unsafe { product(sums, (og, kg, l), rows(gzg, l), transposed_of(cg, l), true, &mut bufs.product) };
+            }
+        }
+    }
+
+    /// The input gradient of one image by the fold: the gradient of its unfolded windows,
+    /// `wᵀ @ gz` per group, added back (col2im) into the zeroed `gxi`.
+    fn fold_input_grad(&self, gz: &[T], gxi: &mut [T], grad_cols: &mut Vec<T>, bufs: &mut ImageBuffers<T>) {
+        let s = &self.shape;
+        let (l, kg, og) = (s.positions(), s.group_k(), s.group_out());
+        grad_cols.resize(s.cols_len(), T::zero());
         for g in 0..s.groups {
             let (wg, gzg) = (&self.w[g * og * kg..][..og * kg], &gz[g * og * l..][..og * l]);
-            let dst = &mut sc.grad_cols[g * kg * l..];
+            let dst = &mut grad_cols[g * kg * l..];
             // SAFETY: grad_cols_g (kg x l) = w_gᵀ (kg x og) @ gz_g (og x l), all in bounds.
-            unsafe { product(dst, (kg, l, og), transposed(wg, kg), rows(gzg, l), false, &mut sc.product) };
+            unsafe { product(dst, (kg, l, og), transposed_of(wg, kg), rows(gzg, l), false, &mut bufs.product) };
         }
         let (plane, hw, per_channel) = (s.plane(), s.hw.0 * s.hw.1, s.window.taps() * l);
         for (c, dst) in gxi.chunks_mut(hw.max(1)).enumerate().take(s.in_c) {
-            plane.fold_scratch(&mut sc.grad_cols[c * per_channel..][..per_channel], dst, &mut sc.phases);
+            plane.fold_scratch(&mut grad_cols[c * per_channel..][..per_channel], dst, &mut bufs.phases);
         }
     }
 

@@ -73,6 +73,7 @@ impl Clone for CpuStorage {
 
 mod binary;
 pub(crate) mod conv;
+mod conv_direct;
 mod copy;
 mod index;
 mod matmul;

@@ -66,13 +66,6 @@ impl Planes {
     }
 }
 
-/// `sum(g(x))` over the planes, in blocks (see the module doc).
-fn channel_sum<'a, F: Compute>(planes: impl Iterator<Item = &'a [F]>, g: impl Fn(F) -> F + Copy) -> f64 {
-    let add = |a: F, b: F| a + b;
-    let block = |b: &[F]| fold_lanes(b, F::c(0.0), g, add).to_f64();
-    planes.flat_map(|p| p.chunks(BLOCK)).map(block).sum()
-}
-
 /// The two sums of `h(a, b, c) = (u, v)` over the matching planes of three tensors, in one
 /// pass and in blocks (see the module doc), vectorized for this CPU (`fold3_pairs`).
 fn channel_sums<'a, F: Compute>(
@@ -107,15 +100,30 @@ impl<F: Compute> Affine<'_, F> {
     }
 }
 
-/// The per-channel mean and biased variance of `x` (two passes: the mean, then the
-/// centered squares, which keeps the variance exact for channels with a large mean).
+/// The per-channel mean and biased variance of `x`, in one pass over memory: each block of
+/// `BLOCK` values gets its mean and centered squares in two passes while it is in L1 (which
+/// keeps the variance exact for channels with a large mean), and the blocks are combined in
+/// f64 by Chan et al.'s update of mean and squares.
 pub(super) fn statistics<F: Compute>(x: &[F], p: Planes) -> (Vec<f64>, Vec<f64>) {
     let count = p.count() as f64;
+    let add = |a: F, b: F| a + b;
     p.per_channel(2, |ch| {
-        let mean = channel_sum(p.of_channel(x, ch), |v| v) / count;
-        let m = F::c(mean);
-        let var = channel_sum(p.of_channel(x, ch), |v| (v - m) * (v - m)) / count;
-        (mean, var)
+        let (mut n, mut mean, mut squares) = (0.0, 0.0, 0.0);
+        for block in p.of_channel(x, ch).flat_map(|plane| plane.chunks(BLOCK)) {
+            let len = block.len() as f64;
+            let block_mean = fold_lanes(block, F::c(0.0), |v| v, add).to_f64() / len;
+            let m = F::c(block_mean);
+            let block_squares = fold_lanes(block, F::c(0.0), |v| (v - m) * (v - m), add).to_f64();
+            let (delta, total) = (block_mean - mean, n + len);
+            mean += delta * len / total;
+            squares += block_squares + delta * delta * n * len / total;
+            n = total;
+        }
+        // No values: 0 / 0, as a sum over none divided by the count.
+        if n == 0.0 {
+            return (f64::NAN, f64::NAN);
+        }
+        (mean, squares / count)
     })
     .into_iter()
     .unzip()
@@ -221,4 +229,29 @@ pub(super) fn backward<F: Compute>(
     let dweight = sums.iter().zip(&rstd).map(|(&(_, s), r)| s * r).collect();
     let dbias = sums.iter().map(|&(s, _)| s).collect();
     Ok(Grads { dx, dweight, dbias })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blocks combined by Chan et al.'s update give the two-pass statistics of f64, for a
+    /// channel whose mean (10^4) dwarfs its spread (variance about 0.08), over planes of
+    /// a whole block and a partial one.
+    #[test]
+    fn one_pass_statistics_match_two_passes_in_f64() {
+        let p = Planes { n: 3, c: 2, plane: BLOCK + 904 };
+        let x: Vec<f32> = (0..p.n * p.c * p.plane).map(|i| 1e4 + ((i * 7919) % 1000) as f32 / 1000.0).collect();
+        let (mean, var) = statistics(&x, p);
+        for ch in 0..p.c {
+            let values: Vec<f64> = p.of_channel(&x, ch).flatten().map(|&v| v as f64).collect();
+            let exact_mean = values.iter().sum::<f64>() / values.len() as f64;
+            let exact_var = values.iter().map(|v| (v - exact_mean).powi(2)).sum::<f64>() / values.len() as f64;
+            assert!((mean[ch] - exact_mean).abs() <= 1e-7 * exact_mean, "{} against {exact_mean}", mean[ch]);
+            assert!((var[ch] - exact_var).abs() <= 1e-5 * exact_var, "{} against {exact_var}", var[ch]);
+        }
+        let empty = Planes { n: 0, c: 2, plane: 4 };
+        let (mean, var) = statistics::<f32>(&[], empty);
+        assert!(mean.iter().chain(&var).all(|v| v.is_nan()), "no values: NaN, as 0 / 0");
+    }
 }

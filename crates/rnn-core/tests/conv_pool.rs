@@ -97,13 +97,15 @@ fn value_and_grads(
 /// 3x3, stride 1, 16 input channels per group; the weight gradient also needs output rows
 /// of 32 or more): output channels that fill register tiles partly (7; 16 per group; 20),
 /// positions past the last whole tile, batches of several blocks of images, dilation and
-/// uneven padding. The last two also run the input gradient directly (16 or more output
-/// channels per group).
+/// uneven padding. The second and third also run the input gradient directly (16 or more
+/// output channels per group).
 fn wide_conv_configs() -> Vec<([usize; 4], usize, usize, Window2d)> {
     vec![
         ([37, 16, 3, 32], 7, 1, win((3, 3), (1, 1), (1, 1), (1, 1))),
         ([9, 32, 2, 33], 32, 2, win((3, 3), (1, 1), (1, 2), (1, 2))),
         ([4, 16, 5, 32], 20, 1, win((3, 3), (1, 1), (2, 1), (2, 1))),
+        // Empty planes keep the product: windows of padding only.
+        ([2, 16, 0, 5], 16, 1, win((3, 3), (1, 1), (2, 2), (1, 1))),
     ]
 }
 

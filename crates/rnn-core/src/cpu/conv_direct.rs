@@ -62,10 +62,11 @@ impl DirectConv {
     /// The layout for `s` where this path applies and was measured to pay: a 3x3 kernel
     /// (any padding and dilation) of stride 1 with at least 16 input channels per group and
     /// output rows of at least 32, f32, and a CPU with AVX-512. Per backward of 128 images
-    /// against the product path, on a 2-core Xeon (bench/results/2026-11-29-train-2core-intel-r-xeon-r-processor.md):
+    /// against the product path on a 2-core Xeon (numbers in
+    /// bench/results/2026-11-29-train-direct-conv-2core-intel-r-xeon-r-processor.md):
     /// 16 -> 16 channels at 32x32 ran 1.1-1.2x as fast, while 3 -> 16 at 32x32 (few tiles
     /// for the copies), 32 -> 32 at 16x16 and 64 -> 64 at 8x8 (gap columns of 11% and 20%
-    /// of the positions, and more steps of reductions) ran 0.8-0.9x.
+    /// of the positions, and more steps of reductions) ran 0.75-0.9x.
     pub(super) fn for_weight_grad(s: &ConvShape, is_f32: bool) -> Option<Self> {
         let pays = s.in_c / s.groups >= 16 && s.out_hw.1 >= 32;
         Self::layout(s, is_f32 && pays)
@@ -83,12 +84,14 @@ impl DirectConv {
         Self::layout(s, is_f32 && pays)
     }
 
-    /// The layout of a 3x3 stride-1 convolution on an AVX-512 CPU (and a build with the
-    /// AVX-512 intrinsics, rustc 1.89 or later), when `wanted`.
+    /// The layout of a 3x3 stride-1 convolution of non-empty planes on an AVX-512 CPU (and
+    /// a build with the AVX-512 intrinsics, rustc 1.89 or later), when `wanted`. Empty
+    /// planes (a 0-high input with enough padding still has windows) take the product.
     fn layout(s: &ConvShape, wanted: bool) -> Option<Self> {
         let w = &s.window;
         let avx512 = super::matmul_half_kernels::HAS_AVX512_KERNELS && super::simd::has_avx512();
-        if !wanted || w.stride != (1, 1) || w.kernel != (3, 3) || !avx512 {
+        let empty = s.hw.0 == 0 || s.hw.1 == 0;
+        if !wanted || empty || w.stride != (1, 1) || w.kernel != (3, 3) || !avx512 {
             return None;
         }
         let pitch = s.hw.1 + 2 * w.padding.1;
@@ -122,6 +125,9 @@ impl DirectConv {
 
     /// Adds the weight gradient of the images in `buf` to `sums` and empties it.
     pub(super) fn flush(&self, s: &ConvShape, sums: &mut [f32], buf: &mut Padded) {
+        if buf.images == 0 {
+            return;
+        }
         let (og, cg) = (s.out_c / s.groups, s.in_c / s.groups);
         for g in 0..s.groups {
             for o0 in (g * og..(g + 1) * og).step_by(TILE_OUT) {
@@ -421,6 +427,9 @@ mod tests {
             assert_eq!(DirectConv::for_forward(&wide, true).is_some(), avx512, "{wide:?}");
         }
         assert!(DirectConv::for_forward(&shape(3, 16, 1, (32, 32), (1, 1), (1, 1)), true).is_none());
+        // A 0-high input padded by 2 has two rows of windows, all padding: the product.
+        let empty = shape(16, 16, 1, (0, 32), (2, 1), (1, 1));
+        assert!(DirectConv::for_forward(&empty, true).is_none() && DirectConv::for_weight_grad(&empty, true).is_none());
     }
 
     /// Padding puts each row at its pitch with zeros around, for input and gradient alike,

@@ -179,6 +179,20 @@ pub fn tanh_f32(x: f32) -> f32 {
     }
 }
 
+/// `v` as f32 values, when `T` is f32 (for f32-only kernels inside generic code).
+pub(crate) fn as_f32<T: 'static>(v: &[T]) -> Option<&[f32]> {
+    let same = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>();
+    // SAFETY: `T` is f32 (the same TypeId): this only renames the type.
+    same.then(|| unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), v.len()) })
+}
+
+/// [`as_f32`] for a mutable slice; the borrow is passed on.
+pub(crate) fn as_f32_mut<T: 'static>(v: &mut [T]) -> Option<&mut [f32]> {
+    let same = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>();
+    // SAFETY: as `as_f32`.
+    same.then(|| unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), v.len()) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,6 @@
 //! unfolded image, one image at a time while it is hot. Threads split the batch; every
 //! buffer of the loop is per thread and reused from image to image.
 
-use std::any::TypeId;
 use std::mem::MaybeUninit;
 
 use gemm::Parallelism;
@@ -21,7 +20,7 @@ use super::matmul::{gemm_one, Operand};
 use super::parallel::{output_vec, zeroed_vec};
 use super::simd::fold_lanes;
 use super::window::Plane;
-use crate::num::Float;
+use crate::num::{as_f32, as_f32_mut, Float};
 use crate::{Result, Window2d};
 
 /// The sizes of one convolution: `[batch, in_c, h, w]` input, `[out_c, in_c / groups, kh,
@@ -176,20 +175,6 @@ impl<T> ImageBuffers<T> {
     fn new() -> Self {
         ImageBuffers { cols: Vec::new(), product: Vec::new(), phases: Vec::new(), padded: Padded::default() }
     }
-}
-
-/// `v` as f32 values, when `T` is f32.
-fn as_f32<T: 'static>(v: &[T]) -> Option<&[f32]> {
-    // SAFETY: `T` is f32 (the same TypeId): this only renames the type.
-    (TypeId::of::<T>() == TypeId::of::<f32>())
-        .then(|| unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), v.len()) })
-}
-
-/// [`as_f32`] for a mutable slice.
-fn as_f32_mut<T: 'static>(v: &mut [T]) -> Option<&mut [f32]> {
-    // SAFETY: as `as_f32`.
-    (TypeId::of::<T>() == TypeId::of::<f32>())
-        .then(|| unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), v.len()) })
 }
 
 /// The row-major `rows x cols` matrix at the start of `s`, as a product operand.
@@ -405,14 +390,14 @@ impl<T: Float + 'static> ConvBackward<'_, T> {
     /// The weight gradient, and the input and bias gradients when `need_x` / `need_b`.
     pub(crate) fn run(&self, need_x: bool, need_b: bool) -> Result<ConvGrads<T>> {
         let s = &self.shape;
-        let direct = DirectConv::for_weight_grad(s, as_f32(self.x).is_some());
+        let is_f32 = as_f32(self.x).is_some();
+        let direct = DirectConv::for_weight_grad(s, is_f32);
         let weight_grad = WeightGrad { transposed: direct.is_none() && s.weight_grad_transposed(), direct };
         // A weight with inf or NaN would meet the padding's zeros in the convolution (NaN),
         // where the fold adds only the products inside the input.
-        let finite_weight = self.w.iter().all(|v| v.is_finite());
         let input_grad = match s.input_grad_shape() {
-            Some(gs) if need_x && finite_weight => {
-                let direct = DirectConv::for_forward(&gs, as_f32(self.x).is_some()).map(Box::new);
+            Some(gs) if need_x && self.w.iter().all(|v| v.is_finite()) => {
+                let direct = DirectConv::for_forward(&gs, is_f32).map(Box::new);
                 InputGrad::Convolution(gs, s.flipped_weight(self.w), direct)
             }
             _ => InputGrad::Fold,

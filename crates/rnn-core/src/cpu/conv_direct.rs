@@ -229,26 +229,33 @@ impl DirectConv {
     /// Image slot `slot`'s input planes with their zero padding, `plane` elements apart.
     fn pad_input(&self, s: &ConvShape, xi: &[f32], dst: &mut Vec<f32>, slot: usize) {
         let ((h, w), (ph, pw)) = (s.hw, s.window.padding);
-        dst.truncate(slot * self.image.0);
-        dst.resize((slot + 1) * self.image.0, 0.0);
-        let planes = dst[slot * self.image.0..].chunks_exact_mut(self.plane);
-        for (plane, src) in planes.zip(xi.chunks_exact(h * w)) {
-            for (y, row) in src.chunks_exact(w).enumerate() {
-                plane[(y + ph) * self.pitch + pw..][..w].copy_from_slice(row);
-            }
-        }
+        let first = ph * self.pitch + pw;
+        self.place_planes(xi, (h * w, w), dst, (slot, self.image.0), (self.plane, first));
     }
 
     /// Image slot `slot`'s gradient rows with zero columns up to `pitch`, `span` elements
     /// apart.
     fn pad_grad(&self, s: &ConvShape, gz: &[f32], dst: &mut Vec<f32>, slot: usize) {
         let (ho, wo) = s.out_hw;
-        dst.truncate(slot * self.image.1);
-        dst.resize((slot + 1) * self.image.1, 0.0);
-        let rows = dst[slot * self.image.1..].chunks_exact_mut(self.span);
-        for (row, src) in rows.zip(gz.chunks_exact(ho * wo)) {
-            for (y, line) in src.chunks_exact(wo).enumerate() {
-                row[y * self.pitch..][..wo].copy_from_slice(line);
+        self.place_planes(gz, (ho * wo, wo), dst, (slot, self.image.1), (self.span, 0));
+    }
+
+    /// Slot `slot` (of `slot_len` elements) of `dst`, zeros except for the planes of `src`
+    /// (`src_plane` elements each, rows of `width`): plane `k` starts at `k * stride`, its
+    /// row `y` at `first + y * pitch`.
+    fn place_planes(
+        &self,
+        src: &[f32],
+        (src_plane, width): (usize, usize),
+        dst: &mut Vec<f32>,
+        (slot, slot_len): (usize, usize),
+        (stride, first): (usize, usize),
+    ) {
+        dst.truncate(slot * slot_len);
+        dst.resize((slot + 1) * slot_len, 0.0);
+        for (plane, src) in dst[slot * slot_len..].chunks_exact_mut(stride).zip(src.chunks_exact(src_plane)) {
+            for (y, row) in src.chunks_exact(width).enumerate() {
+                plane[first + y * self.pitch..][..width].copy_from_slice(row);
             }
         }
     }

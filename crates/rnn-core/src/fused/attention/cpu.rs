@@ -19,7 +19,7 @@ use super::{Attention, AttentionBackward, Dims};
 use crate::cpu::simd::{fold_lanes, map_slice};
 use crate::cpu::unary::contiguous_slice;
 use crate::cpu::CpuStorage;
-use crate::num::Float;
+use crate::num::{as_f32, as_f32_mut, Float};
 use crate::{DType, Error, Layout, Result};
 
 /// Query rows per tile.
@@ -302,17 +302,6 @@ pub(super) fn exp_sum<C: Compute>(s: &[C], shift: C, p: &mut [C]) -> C {
             fold_lanes(p, C::zero(), |x| x, |a, b| a + b)
         }
     }
-}
-
-/// The slice as f32 where `C` is f32.
-fn as_f32<C: 'static>(s: &[C]) -> Option<&[f32]> {
-    // SAFETY: C is f32 (checked), so the slice is a valid &[f32].
-    C::is_f32().then(|| unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) })
-}
-
-fn as_f32_mut<C: 'static>(s: &mut [C]) -> Option<&mut [f32]> {
-    // SAFETY: as in `as_f32`; the borrow is passed on.
-    C::is_f32().then(|| unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut f32, s.len()) })
 }
 
 /// Input `i` contiguous in the compute type: borrowed for f32 / f64, converted for halves.

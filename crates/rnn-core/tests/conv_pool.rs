@@ -109,6 +109,14 @@ fn wide_conv_configs() -> Vec<([usize; 4], usize, usize, Window2d)> {
         ([3, 3, 4, 32], 5, 1, win((3, 3), (1, 1), (1, 1), (1, 1))),
         ([2, 4, 3, 16], 6, 1, win((3, 3), (1, 1), (1, 1), (1, 1))),
         ([3, 32, 4, 30], 8, 2, win((3, 3), (1, 1), (1, 3), (1, 2))),
+        // Rows of 33, 10 outputs: the direct weight gradient by padded rows.
+        ([9, 16, 3, 33], 10, 1, win((3, 3), (1, 1), (1, 1), (1, 1))),
+        // 16s of output channels (the broadcast weight gradient, `cpu/conv_wgrad.rs`):
+        // strided, two registers of outputs and one, non-square dilated kernels, a tail of
+        // (channel, tap) pairs.
+        ([3, 5, 9, 11], 32, 1, win((3, 3), (2, 2), (1, 1), (1, 1))),
+        ([2, 6, 7, 9], 48, 1, win((2, 3), (2, 1), (1, 0), (2, 1))),
+        ([2, 3, 6, 7], 16, 1, win((3, 3), (1, 1), (1, 1), (1, 1))),
         // Empty planes keep the product: windows of padding only.
         ([2, 16, 0, 5], 16, 1, win((3, 3), (1, 1), (2, 2), (1, 1))),
     ]
@@ -125,14 +133,18 @@ fn wide_conv_matches_the_composition() -> Result<()> {
 }
 
 /// Inputs with inf and NaN, and a weight with inf, on a config whose rows the direct path
-/// walks as they are and on one it pads (whose weight gradient leaves such images to the
-/// product: its gap columns would multiply an inf in the last input column by zero). The
+/// walks as they are, on one it pads (whose weight gradient leaves such images to the
+/// product: its gap columns would multiply an inf in the last input column by zero) and on
+/// one whose weight gradient runs from broadcasts. The
 /// weight with inf keeps the input gradient on the fold (the flipped-weight convolution
 /// would multiply it by the zero padding). Output and gradients are what the composition
 /// gives, NaN for NaN.
 #[test]
 fn conv_with_inf_and_nan_matches_the_composition() -> Result<()> {
-    for (dims, o, groups, window) in wide_conv_configs().into_iter().take(2) {
+    // Direct tiles by rows, by padded rows, and broadcasts (groups of 16 outputs).
+    let configs = wide_conv_configs();
+    for i in [0, 6, 1] {
+        let (dims, o, groups, window) = configs[i];
         check_inf_and_nan(dims, o, groups, window)?;
     }
     Ok(())

@@ -3,8 +3,10 @@
 //! packed gemm straight into the image's `[out, Ho * Wo]` output (which already holds the
 //! bias), and the ReLU is applied while that output is in cache. The backward masks the
 //! output gradient by the ReLU on the fly and sums the bias gradient straight from it. It
-//! unfolds each image again for the weight gradient (or, for wide 3x3 stride-1 f32 layers
-//! on AVX-512, computes it directly from the padded image: `conv_direct.rs`). The input
+//! unfolds each image again for the weight gradient, except on AVX-512 CPUs for f32: there
+//! layers with 16s of output channels per group take it from broadcasts of the padded
+//! image (`conv_wgrad.rs`), and wide 3x3 stride-1 layers with other channel counts from
+//! register tiles over its rows (`conv_direct.rs`). The input
 //! gradient of a stride-1 convolution is the convolution of the output gradient with the
 //! flipped weight; that of a strided one is folded (col2im) from the gradient of the
 //! unfolded image, one image at a time while it is hot. Threads split the batch; every
@@ -16,6 +18,7 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 
 use super::conv_direct::{DirectConv, Padded};
+use super::conv_wgrad::{self, BroadcastWeightGrad};
 use super::matmul::{gemm_one, Operand};
 use super::parallel::{output_vec, zeroed_vec};
 use super::simd::fold_lanes;
@@ -325,6 +328,8 @@ struct Scratch<T> {
     bufs: ImageBuffers<T>,
     /// The padded operands of the direct weight gradient.
     padded: Padded,
+    /// Those of the broadcast weight gradient.
+    broadcast: conv_wgrad::Buffers,
     grad_cols: Vec<T>,
     masked: Vec<T>,
     w: Vec<T>,
@@ -336,6 +341,7 @@ impl<T: Float> Scratch<T> {
         Scratch {
             bufs: ImageBuffers::new(),
             padded: Padded::default(),
+            broadcast: conv_wgrad::Buffers::default(),
             grad_cols: Vec::new(),
             masked: Vec::new(),
             w: vec![T::zero(); w_len],
@@ -368,13 +374,15 @@ pub(crate) struct ConvBackward<'a, T> {
     pub shape: ConvShape,
 }
 
-/// How the backward computes the weight gradient: directly from the padded input (f32 3x3
-/// stride-1 convolutions on AVX-512, see `conv_direct.rs`; images with a non-finite input
-/// take the product, whose sums then stay in the plain orientation), or as one product per
-/// image with the unfolded input, its sums transposed or not (see
-/// [`ConvShape::weight_grad_transposed`]).
+/// How the backward computes the weight gradient, on AVX-512 for f32: from broadcasts of
+/// the padded input (16s of output channels per group, see `conv_wgrad.rs`; sums
+/// transposed), or from the direct tiles (wide 3x3 stride-1 layers, see `conv_direct.rs`;
+/// with padded rows, images with a non-finite input take the product, whose sums then stay
+/// in the plain orientation). Otherwise as one product per image with the unfolded input,
+/// its sums transposed or not (see [`ConvShape::weight_grad_transposed`]).
 struct WeightGrad {
     direct: Option<DirectConv>,
+    broadcast: Option<BroadcastWeightGrad>,
     transposed: bool,
 }
 
@@ -391,8 +399,10 @@ impl<T: Float + 'static> ConvBackward<'_, T> {
     pub(crate) fn run(&self, need_x: bool, need_b: bool) -> Result<ConvGrads<T>> {
         let s = &self.shape;
         let is_f32 = as_f32(self.x).is_some();
-        let direct = DirectConv::for_weight_grad(s, is_f32);
-        let weight_grad = WeightGrad { transposed: direct.is_none() && s.weight_grad_transposed(), direct };
+        let broadcast = BroadcastWeightGrad::new(s, is_f32);
+        let direct = if broadcast.is_some() { None } else { DirectConv::for_weight_grad(s, is_f32) };
+        let transposed = broadcast.is_some() || (direct.is_none() && s.weight_grad_transposed());
+        let weight_grad = WeightGrad { direct, broadcast, transposed };
         // A weight with inf or NaN would meet the padding's zeros in the convolution (NaN),
         // where the fold adds only the products inside the input.
         let input_grad = match s.input_grad_shape() {
@@ -449,8 +459,12 @@ impl<T: Float + 'static> ConvBackward<'_, T> {
             *b = *b + fold_lanes(row, T::zero(), |v| v, |a, c| a + c);
         }
         let xi = &self.x[i * s.image_len()..][..s.image_len()];
-        let direct = match (&wg.direct, as_f32(xi), as_f32(gz), as_f32_mut(&mut sc.w)) {
-            (Some(d), Some(xi), Some(gz), Some(sums)) => d.push(s, xi, gz, sums, &mut sc.padded),
+        let direct = match (&wg.direct, &wg.broadcast, as_f32(xi), as_f32(gz), as_f32_mut(&mut sc.w)) {
+            (Some(d), _, Some(xi), Some(gz), Some(sums)) => d.push(s, xi, gz, sums, &mut sc.padded),
+            (_, Some(b), Some(xi), Some(gz), Some(sums)) => {
+                b.add_image(s, xi, gz, sums, &mut sc.broadcast);
+                true
+            }
             _ => false,
         };
         if !direct {

@@ -305,7 +305,7 @@ impl DirectConv {
 /// Slot `slot` (of `slot_len` elements) of `dst`, zeros except for the planes of `src`
 /// (`src_plane` elements each, rows of `width`): plane `k` starts at `k * stride`, its row
 /// `y` at `first + y * pitch`.
-fn place_planes(
+pub(super) fn place_planes(
     src: &[f32],
     (src_plane, width): (usize, usize),
     dst: &mut Vec<f32>,

@@ -74,6 +74,7 @@ impl Clone for CpuStorage {
 mod binary;
 pub(crate) mod conv;
 mod conv_direct;
+mod conv_wgrad;
 mod copy;
 mod index;
 mod matmul;

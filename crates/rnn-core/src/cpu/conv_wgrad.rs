@@ -49,9 +49,9 @@ impl BroadcastWeightGrad {
     /// later). Per weight gradient of 128 images on a 2-core Xeon against the previous
     /// paths (bench/results/2026-11-29-conv-rows-2core-intel-r-xeon-r-processor.md): the
     /// ResNet-8's 3x3 layers ran 1.07x (16 -> 16 at 32x32, against the direct tiles of
-    /// `conv_direct.rs`) to 1.35x as fast (strided, 16x16 and 8x8, against the unfolded
-    /// product); its 1x1 strided projections, which unfold nothing, ran 0.9-1.1x and keep
-    /// the product.
+    /// `conv_direct.rs`) to 1.36x as fast (strided, 16x16 and 8x8, against the unfolded
+    /// product); its 1x1 strided projections, which unfold nothing, ran 0.88-1.19x and
+    /// keep the product.
     pub(super) fn new(s: &ConvShape, is_f32: bool) -> Option<Self> {
         let avx512 = super::matmul_half_kernels::HAS_AVX512_KERNELS && super::simd::has_avx512();
         let og = s.out_c / s.groups;

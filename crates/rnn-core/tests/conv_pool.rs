@@ -117,6 +117,10 @@ fn wide_conv_configs() -> Vec<([usize; 4], usize, usize, Window2d)> {
         ([3, 5, 9, 11], 32, 1, win((3, 3), (2, 2), (1, 1), (1, 1))),
         ([2, 6, 7, 9], 48, 1, win((2, 3), (2, 1), (1, 0), (2, 1))),
         ([2, 3, 6, 7], 16, 1, win((3, 3), (1, 1), (1, 1), (1, 1))),
+        // 64s of output channels (the broadcast forward, `cpu/conv_bcast_fwd.rs`): strided
+        // with a tail of positions; groups with a padded walk's width.
+        ([2, 8, 5, 6], 64, 1, win((3, 3), (2, 2), (1, 1), (1, 1))),
+        ([2, 6, 5, 7], 128, 2, win((3, 3), (1, 1), (1, 1), (1, 1))),
         // Empty planes keep the product: windows of padding only.
         ([2, 16, 0, 5], 16, 1, win((3, 3), (1, 1), (2, 2), (1, 1))),
     ]

@@ -17,6 +17,7 @@ use std::mem::MaybeUninit;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
+use super::conv_bcast_fwd::{self, BroadcastConv};
 use super::conv_direct::{DirectConv, Padded};
 use super::conv_wgrad::{self, BroadcastWeightGrad};
 use super::matmul::{gemm_one, Operand};
@@ -102,18 +103,24 @@ impl ConvShape {
         unsafe { cols.set_len(n) };
     }
 
-    /// `out = conv(xi, w) + bias` for one image: from its padded planes when `direct` is
-    /// given (`conv_direct.rs`), else its windows unfolded into `bufs.cols`, then one
-    /// product per group onto the bias.
+    /// `out = conv(xi, w) + bias` for one image: from its padded planes by `conv`'s direct
+    /// or broadcast kernels (`conv_direct.rs`, `conv_bcast_fwd.rs`), else its windows
+    /// unfolded into `bufs.cols`, then one product per group onto the bias.
     fn convolve_image<T: Float + 'static>(
         &self,
         (xi, w, bias): (&[T], &[T], Option<&[T]>),
         out: &mut [T],
-        direct: Option<&DirectConv>,
+        conv: &ImageConv,
         bufs: &mut ImageBuffers<T>,
     ) {
-        if let (Some(d), Some(x32), Some(w32), Some(out32)) = (direct, as_f32(xi), as_f32(w), as_f32_mut(out)) {
-            return d.convolve(self, x32, w32, bias.and_then(as_f32), out32, &mut bufs.padded);
+        if let (Some(x32), Some(w32), Some(out32)) = (as_f32(xi), as_f32(w), as_f32_mut(out)) {
+            match conv {
+                ImageConv::Direct(d) => {
+                    return d.convolve(self, x32, w32, bias.and_then(as_f32), out32, &mut bufs.padded)
+                }
+                ImageConv::Broadcast(b) => return b.convolve(self, x32, bias.and_then(as_f32), out32, &mut bufs.bcast),
+                ImageConv::Product => {}
+            }
         }
         let (l, kg, og) = (self.positions(), self.group_k(), self.group_out());
         if let Some(b) = bias {
@@ -172,11 +179,41 @@ struct ImageBuffers<T> {
     phases: Vec<T>,
     /// The padded image and output of the direct convolution.
     padded: Padded,
+    /// Those of the broadcast convolution.
+    bcast: conv_bcast_fwd::Buffers,
 }
 
 impl<T> ImageBuffers<T> {
     fn new() -> Self {
-        ImageBuffers { cols: Vec::new(), product: Vec::new(), phases: Vec::new(), padded: Padded::default() }
+        ImageBuffers {
+            cols: Vec::new(),
+            product: Vec::new(),
+            phases: Vec::new(),
+            padded: Padded::default(),
+            bcast: conv_bcast_fwd::Buffers::default(),
+        }
+    }
+}
+
+/// How [`ConvShape::convolve_image`] convolves the images of one call.
+enum ImageConv {
+    Direct(DirectConv),
+    Broadcast(BroadcastConv),
+    Product,
+}
+
+impl ImageConv {
+    /// The kernels for `s` with weight `w`: the direct ones where they walk rows as they
+    /// are ([`DirectConv::for_forward`]), else the broadcast ones ([`BroadcastConv::new`]),
+    /// else the direct ones by padded rows; the unfolded product where none applies.
+    fn new<T: 'static>(s: &ConvShape, w: &[T]) -> Self {
+        let direct = DirectConv::for_forward(s, as_f32(w).is_some());
+        if !direct.as_ref().is_some_and(DirectConv::by_rows) {
+            if let Some(b) = BroadcastConv::new(s, as_f32(w)) {
+                return ImageConv::Broadcast(b);
+            }
+        }
+        direct.map_or(ImageConv::Product, ImageConv::Direct)
     }
 }
 
@@ -302,9 +339,9 @@ pub(crate) fn conv2d_forward<T: Float + 'static>(
     if y.is_empty() {
         return Ok(y);
     }
-    let direct = DirectConv::for_forward(s, as_f32(x).is_some());
+    let conv = ImageConv::new(s, w);
     let image = |i: usize, out: &mut [T], bufs: &mut ImageBuffers<T>| {
-        s.convolve_image((&x[i * s.image_len()..][..s.image_len()], w, bias), out, direct.as_ref(), bufs);
+        s.convolve_image((&x[i * s.image_len()..][..s.image_len()], w, bias), out, &conv, bufs);
         if relu {
             relu_in_place(out);
         }
@@ -390,7 +427,7 @@ struct WeightGrad {
 /// with the flipped weight (stride 1, see [`ConvShape::input_grad_shape`]), or by folding
 /// the gradient of the unfolded input.
 enum InputGrad<T> {
-    Convolution(ConvShape, Vec<T>, Option<Box<DirectConv>>),
+    Convolution(ConvShape, Vec<T>, Box<ImageConv>),
     Fold,
 }
 
@@ -407,8 +444,9 @@ impl<T: Float + 'static> ConvBackward<'_, T> {
         // where the fold adds only the products inside the input.
         let input_grad = match s.input_grad_shape() {
             Some(gs) if need_x && self.w.iter().all(|v| v.is_finite()) => {
-                let direct = DirectConv::for_forward(&gs, is_f32).map(Box::new);
-                InputGrad::Convolution(gs, s.flipped_weight(self.w), direct)
+                let flipped = s.flipped_weight(self.w);
+                let conv = Box::new(ImageConv::new(&gs, &flipped));
+                InputGrad::Convolution(gs, flipped, conv)
             }
             _ => InputGrad::Fold,
         };
@@ -472,8 +510,8 @@ impl<T: Float + 'static> ConvBackward<'_, T> {
         }
         let Some(gxi) = gxi else { return };
         match ig {
-            InputGrad::Convolution(gs, flipped, direct) => {
-                gs.convolve_image((gz, flipped, None), gxi, direct.as_deref(), &mut sc.bufs)
+            InputGrad::Convolution(gs, flipped, conv) => {
+                gs.convolve_image((gz, flipped, None), gxi, conv, &mut sc.bufs)
             }
             InputGrad::Fold => self.fold_input_grad(gz, gxi, &mut sc.grad_cols, &mut sc.bufs),
         }

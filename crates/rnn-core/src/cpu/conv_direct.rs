@@ -152,6 +152,11 @@ impl DirectConv {
         Some(DirectConv { walk, pitch, plane, span, steps, offsets, image, block })
     }
 
+    /// Whether the kernels walk the output rows as they are ([`Walk::Rows`]).
+    pub(super) fn by_rows(&self) -> bool {
+        self.walk == Walk::Rows
+    }
+
     /// Adds image `xi` (`gz` its output gradient, `[out_c, ho * wo]`) to the block in `buf`,
     /// first adding the full block's weight gradient to `sums` (`[out_c, in_c / groups, 3,
     /// 3]`). With [`Walk::Padded`], returns false, adding nothing, when the image holds inf

@@ -24,42 +24,29 @@ const LANES: usize = 16;
 /// (input channel, tap) pairs.
 const TILE: usize = 18;
 
-/// The layout of one convolution's broadcast weight gradient.
-pub(super) struct BroadcastWeightGrad {
+/// The windows of one convolution over its padded planes, as the broadcast kernels (this
+/// weight gradient and the forward of `conv_bcast_fwd.rs`) walk them.
+pub(super) struct Windows {
     /// Elements per padded input row and plane.
-    pitch: usize,
-    plane: usize,
+    pub pitch: usize,
+    pub plane: usize,
     /// The element of the padded plane where each output position's window begins.
-    starts: Vec<usize>,
+    pub starts: Vec<usize>,
     /// Each tap's element within a window.
-    offsets: Vec<usize>,
+    pub offsets: Vec<usize>,
 }
 
-/// One thread's buffers: the padded input and the transposed output gradient of an image.
-#[derive(Default)]
-pub(super) struct Buffers {
-    x: Vec<f32>,
-    gt: Vec<f32>,
-}
-
-impl BroadcastWeightGrad {
-    /// The layout for `s` where this path applies and was measured to pay: f32, output
-    /// channels per group a multiple of 16, a kernel of more than one tap, a non-empty
-    /// output, and a CPU with AVX-512 (and a build with its intrinsics, rustc 1.89 or
-    /// later). Per weight gradient of 128 images on a 2-core Xeon against the previous
-    /// paths (bench/results/2026-11-29-conv-rows-2core-intel-r-xeon-r-processor.md): the
-    /// ResNet-8's 3x3 layers ran 1.07x (16 -> 16 at 32x32, against the direct tiles of
-    /// `conv_direct.rs`) to 1.36x as fast (strided, 16x16 and 8x8, against the unfolded
-    /// product); its 1x1 strided projections, which unfold nothing, ran 0.88-1.19x and
-    /// keep the product.
+impl Windows {
+    /// The windows of `s` where the broadcast kernels apply: f32, output channels per
+    /// group a multiple of 16, a non-empty input and output, and a CPU with AVX-512 (and a
+    /// build with its intrinsics, rustc 1.89 or later).
     pub(super) fn new(s: &ConvShape, is_f32: bool) -> Option<Self> {
         let avx512 = super::matmul_half_kernels::HAS_AVX512_KERNELS && super::simd::has_avx512();
         let og = s.out_c / s.groups;
         // An empty input with enough padding still has windows (of padding only): the
         // product takes those.
         let empty = s.out_hw.0 * s.out_hw.1 == 0 || s.in_c == 0 || s.hw.0 * s.hw.1 == 0;
-        let one_tap = s.window.taps() == 1;
-        if !is_f32 || !avx512 || og == 0 || og % LANES != 0 || empty || one_tap {
+        if !is_f32 || !avx512 || og == 0 || og % LANES != 0 || empty {
             return None;
         }
         let w = &s.window;
@@ -70,27 +57,51 @@ impl BroadcastWeightGrad {
             (0..ho).flat_map(|y| (0..wo).map(move |x| y * w.stride.0 * pitch + x * w.stride.1)).collect();
         let (kh, kw) = w.kernel;
         let offsets: Vec<usize> = (0..kh * kw).map(|t| t / kw * w.dilation.0 * pitch + t % kw * w.dilation.1).collect();
-        // The output size keeps every window inside the padded planes, which the kernel
-        // relies on.
+        // The output size keeps every window inside the padded planes, which the kernels
+        // rely on.
         let furthest = starts.last().copied().unwrap_or(0) + offsets.last().copied().unwrap_or(0);
         assert!(furthest < plane, "a window of {s:?} reaches past its padded plane");
-        Some(BroadcastWeightGrad { pitch, plane, starts, offsets })
+        Some(Windows { pitch, plane, starts, offsets })
+    }
+}
+
+/// The layout of one convolution's broadcast weight gradient.
+pub(super) struct BroadcastWeightGrad {
+    windows: Windows,
+}
+
+/// One thread's buffers: the padded input and the transposed output gradient of an image.
+#[derive(Default)]
+pub(super) struct Buffers {
+    x: Vec<f32>,
+    gt: Vec<f32>,
+}
+
+impl BroadcastWeightGrad {
+    /// The layout for `s` where this path applies ([`Windows::new`]) and was measured to
+    /// pay: a kernel of more than one tap. Per weight gradient of 128 images on a 2-core
+    /// Xeon against the previous paths
+    /// (bench/results/2026-11-29-conv-rows-2core-intel-r-xeon-r-processor.md): the
+    /// ResNet-8's 3x3 layers ran 1.07x (16 -> 16 at 32x32, against the direct tiles of
+    /// `conv_direct.rs`) to 1.36x as fast (strided, 16x16 and 8x8, against the unfolded
+    /// product); its 1x1 strided projections, which unfold nothing, ran 0.88-1.19x and
+    /// keep the product.
+    pub(super) fn new(s: &ConvShape, is_f32: bool) -> Option<Self> {
+        if s.window.taps() == 1 {
+            return None;
+        }
+        Some(BroadcastWeightGrad { windows: Windows::new(s, is_f32)? })
     }
 
     /// Adds the weight gradient of image `xi` (`gz` its output gradient, `[out_c, ho * wo]`)
     /// to `sums`, `[groups, in_c / groups * taps, out_c / groups]`.
     pub(super) fn add_image(&self, s: &ConvShape, xi: &[f32], gz: &[f32], sums: &mut [f32], buf: &mut Buffers) {
         let ((h, w), (ph, pw)) = (s.hw, s.window.padding);
-        let (og, cg, taps) = (s.out_c / s.groups, s.in_c / s.groups, self.offsets.len());
-        let (l, kg) = (self.starts.len(), cg * taps);
+        let win = &self.windows;
+        let (og, cg, taps) = (s.out_c / s.groups, s.in_c / s.groups, win.offsets.len());
+        let (l, kg) = (win.starts.len(), cg * taps);
         assert!(xi.len() == s.in_c * h * w && gz.len() == s.out_c * l && sums.len() == s.groups * kg * og);
-        place_planes(
-            xi,
-            (h * w, w),
-            &mut buf.x,
-            (0, s.in_c * self.plane),
-            (self.plane, self.pitch, ph * self.pitch + pw),
-        );
+        place_planes(xi, (h * w, w), &mut buf.x, (0, s.in_c * win.plane), (win.plane, win.pitch, ph * win.pitch + pw));
         buf.gt.resize(l * s.out_c, 0.0);
         let (src, dst): (&[u32], &mut [u32]) = (bytemuck::cast_slice(gz), bytemuck::cast_slice_mut(&mut buf.gt));
         super::transpose::words(src, l, (s.out_c, l), dst, s.out_c);
@@ -101,7 +112,8 @@ impl BroadcastWeightGrad {
 
     /// Adds group `g`'s share of the image in `buf` to the group's sums, `[kg, og]`.
     fn add_group(&self, s: &ConvShape, g: usize, buf: &Buffers, sums: &mut [f32]) {
-        let (og, cg, taps) = (s.out_c / s.groups, s.in_c / s.groups, self.offsets.len());
+        let win = &self.windows;
+        let (og, cg, taps) = (s.out_c / s.groups, s.in_c / s.groups, win.offsets.len());
         let kg = cg * taps;
         let mut o = 0;
         while o < og {
@@ -113,10 +125,9 @@ impl BroadcastWeightGrad {
                 // of a tail repeat the last one.
                 let at: [usize; TILE] = std::array::from_fn(|j| {
                     let k = k0 + j.min(n - 1);
-                    (g * cg + k / taps) * self.plane + self.offsets[k % taps]
+                    (g * cg + k / taps) * win.plane + win.offsets[k % taps]
                 });
-                let tile =
-                    Tile { gt: &buf.gt, out_c: s.out_c, o: g * og + o, x: &buf.x, at: &at, starts: &self.starts };
+                let tile = Tile { gt: &buf.gt, out_c: s.out_c, o: g * og + o, x: &buf.x, at: &at, starts: &win.starts };
                 let sums = &mut sums[k0 * og + o..];
                 // SAFETY: `new` checked AVX-512; `gt` holds a row of `out_c` per position,
                 // the registers' outputs `o..o + 16 * vecs` lie within the group's `og`,
@@ -199,7 +210,7 @@ mod tests {
 
     fn shape(in_c: usize, out_c: usize, groups: usize, hw: (usize, usize), kernel: (usize, usize)) -> ConvShape {
         let window = Window2d { kernel, stride: (2, 2), padding: (1, 1), dilation: (1, 1) };
-        let out = |n: usize, k: usize| (n + 2 - k) / 2 + 1;
+        let out = |n: usize, k: usize| (n + 2).saturating_sub(k) / 2 + 1;
         ConvShape { batch: 2, in_c, out_c, groups, hw, out_hw: (out(hw.0, kernel.0), out(hw.1, kernel.1)), window }
     }
 
@@ -230,6 +241,7 @@ mod tests {
         s.window.dilation = (2, 1);
         s.out_hw = (2, 3);
         let Some(b) = BroadcastWeightGrad::new(&s, true) else { return };
+        let b = &b.windows;
         assert_eq!((b.pitch, b.plane), (8, 56));
         assert_eq!(b.starts, [0, 2, 4, 16, 18, 20]);
         assert_eq!(b.offsets, [0, 1, 2, 16, 17, 18]);

@@ -73,6 +73,7 @@ impl Clone for CpuStorage {
 
 mod binary;
 pub(crate) mod conv;
+mod conv_bcast_fwd;
 mod conv_direct;
 mod conv_wgrad;
 mod copy;

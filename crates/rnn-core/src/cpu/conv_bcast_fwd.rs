@@ -4,8 +4,8 @@
 //!
 //! `out[o, p] = bias[o] + sum over (c, t) of w[o, c, t] * x[c, start(p) + offset(t)]`. With
 //! the weight laid out `[group, c, t, o]`, a register holds 16 output channels' weights of
-//! one (channel, tap) pair; a register tile of a few positions x up to 64 outputs adds
-//! them times each position's broadcast input value. Every position computed is a real
+//! one (channel, tap) pair; a register tile of 6 positions x 64 outputs adds them times
+//! each position's broadcast input value. Every position computed is a real
 //! one (no gap columns), whatever the plane's width: the padded walk of `conv_direct.rs`
 //! wastes 20% of an 8x8 plane's positions. The tiles write `[position, out_c]`, which one
 //! transpose per image turns into the output's `[out_c, position]`.
@@ -19,6 +19,11 @@ use super::conv_wgrad::Windows;
 
 /// Output channels per register.
 const LANES: usize = 16;
+/// Output channels per register tile: 4 registers, so that each (channel, tap) pair's 4
+/// weight loads and 6 broadcasts feed 24 FMAs.
+const TILE_OUT: usize = 4 * LANES;
+/// Output positions per register tile.
+const TILE_POSITIONS: usize = 6;
 
 /// One convolution's broadcast forward: its windows and its weight laid out
 /// `[groups, in_c / groups, taps, out_c / groups]`.
@@ -48,7 +53,7 @@ impl BroadcastConv {
     /// outnumber their weight loads) ran 0.3-1.0x; a 1x1 kernel 0.6-1.0x. `conv.rs` asks
     /// `conv_direct.rs` first where that walks rows as they are.
     pub(super) fn new(s: &ConvShape, w: Option<&[f32]>) -> Option<Self> {
-        if s.window.taps() == 1 || (s.out_c / s.groups.max(1)) % (4 * LANES) != 0 {
+        if s.window.taps() == 1 || (s.out_c / s.groups.max(1)) % TILE_OUT != 0 {
             return None;
         }
         let windows = Windows::new(s, w.is_some())?;
@@ -73,34 +78,21 @@ impl BroadcastConv {
         place_planes(xi, (h * w, w), &mut buf.x, (0, s.in_c * win.plane), (win.plane, win.pitch, first));
         // Every element is written by the tiles: no need to clear it.
         buf.out.resize(l * s.out_c, 0.0);
-        let og = s.out_c / s.groups;
         for g in 0..s.groups {
-            let mut o = 0;
-            while o < og {
-                let vecs = ((og - o) / LANES).min(4);
-                let vecs = if vecs == 3 { 2 } else { vecs };
-                self.add_tiles(s, g, (o, vecs), bias, buf);
-                o += vecs * LANES;
+            for o in (0..s.out_c / s.groups).step_by(TILE_OUT) {
+                self.add_tiles(s, g, o, bias, buf);
             }
         }
         let (src, dst): (&[u32], &mut [u32]) = (bytemuck::cast_slice(&buf.out), bytemuck::cast_slice_mut(out));
         super::transpose::words(src, s.out_c, (l, s.out_c), dst, l);
     }
 
-    /// Outputs `g * og + o ..` (`vecs` registers) of every position of group `g`, in
-    /// tiles of positions, into `buf.out`.
-    fn add_tiles(&self, s: &ConvShape, g: usize, (o, vecs): (usize, usize), bias: Option<&[f32]>, buf: &mut Buffers) {
+    /// Outputs `g * og + o ..` (a tile's 64) of every position of group `g`, in tiles of
+    /// positions, into `buf.out`.
+    fn add_tiles(&self, s: &ConvShape, g: usize, o: usize, bias: Option<&[f32]>, buf: &mut Buffers) {
         let (og, cg, taps) = (s.out_c / s.groups, s.in_c / s.groups, s.window.taps());
         let first = g * og + o;
-        let init: [f32; 4 * LANES] = std::array::from_fn(|i| {
-            let ch = first + i;
-            if i < vecs * LANES {
-                bias.map_or(0.0, |b| b[ch])
-            } else {
-                0.0
-            }
-        });
-        let positions = 24 / vecs;
+        let init: [f32; TILE_OUT] = std::array::from_fn(|i| bias.map_or(0.0, |b| b[first + i]));
         let geo = TileGeometry {
             x: &buf.x[g * cg * self.windows.plane..][..cg * self.windows.plane],
             pair_at: &self.pair_at,
@@ -108,20 +100,14 @@ impl BroadcastConv {
             og,
         };
         let out = &mut buf.out[first..];
-        for p0 in (0..self.windows.starts.len()).step_by(positions) {
+        for p0 in (0..self.windows.starts.len()).step_by(TILE_POSITIONS) {
             let starts = &self.windows.starts[p0..];
-            let n = positions.min(starts.len());
+            let n = TILE_POSITIONS.min(starts.len());
             let dst = &mut out[p0 * s.out_c..];
             // SAFETY: `Windows::new` checked AVX-512 and that every window lies inside its
-            // padded plane; the weight rows hold `og` outputs from `o`, with `o + vecs * 16
-            // <= og`; `dst` holds `n` rows of `out_c` from output `first`.
-            unsafe {
-                match vecs {
-                    4 => tile_kernel::<4, 6>(&geo, starts, n, &init, (dst, s.out_c)),
-                    2 => tile_kernel::<2, 12>(&geo, starts, n, &init, (dst, s.out_c)),
-                    _ => tile_kernel::<1, 24>(&geo, starts, n, &init, (dst, s.out_c)),
-                }
-            }
+            // padded plane; the weight rows hold `og` outputs from `o`, with `o + 64 <= og`;
+            // `dst` holds `n` rows of `out_c` from output `first`.
+            unsafe { tile_kernel(&geo, starts, n, &init, (dst, s.out_c)) };
         }
     }
 }
@@ -136,30 +122,31 @@ struct TileGeometry<'a> {
     og: usize,
 }
 
-/// Outputs of the first `n` of `POS` positions (window starts `starts`) for `VECS`
-/// registers of output channels, starting from `init`, into rows of `ld` of `dst`.
+/// Outputs of the first `n` of a tile's positions (window starts `starts`) for its 64
+/// output channels, starting from `init`, into rows of `ld` of `dst`.
 ///
 /// SAFETY: the CPU must have AVX-512 (F); every element `pair_at[k] + start` of the
-/// positions' windows must lie in `x`; `weight` must hold `(pairs - 1) * og + VECS * 16`
-/// elements (`pairs = pair_at.len()`) and `dst` `(n - 1) * ld + VECS * 16`, with `1 <= n <= POS`, `n <=
-/// starts.len()`.
+/// positions' windows must lie in `x`; `weight` must hold `(pairs - 1) * og + 64`
+/// elements (`pairs = pair_at.len()`) and `dst` `(n - 1) * ld + 64`, with `1 <= n <=
+/// TILE_POSITIONS`, `n <= starts.len()`.
 #[cfg(target_arch = "x86_64")]
 #[rustversion::since(1.89)]
 #[allow(clippy::incompatible_msrv)] // only built by rustc >= 1.89, see `Windows::new`
 #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-unsafe fn tile_kernel<const VECS: usize, const POS: usize>(
+unsafe fn tile_kernel(
     geo: &TileGeometry,
     starts: &[usize],
     n: usize,
-    init: &[f32; 4 * LANES],
+    init: &[f32; TILE_OUT],
     (dst, ld): (&mut [f32], usize),
 ) {
     use std::arch::x86_64::{__m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps};
-    // SAFETY: `init` holds 4 registers of outputs.
+    const VECS: usize = TILE_OUT / LANES;
+    // SAFETY: `init` holds the tile's registers of outputs.
     let first: [__m512; VECS] = std::array::from_fn(|v| unsafe { _mm512_loadu_ps(init.as_ptr().add(v * LANES)) });
-    let mut acc: [[__m512; VECS]; POS] = [first; POS];
+    let mut acc: [[__m512; VECS]; TILE_POSITIONS] = [first; TILE_POSITIONS];
     // Unused positions of a tail repeat the last one.
-    let at: [usize; POS] = std::array::from_fn(|i| starts[i.min(n - 1)]);
+    let at: [usize; TILE_POSITIONS] = std::array::from_fn(|i| starts[i.min(n - 1)]);
     let mut wv: [__m512; VECS] = first;
     for (k, &pair_at) in geo.pair_at.iter().enumerate() {
         let base = geo.x.as_ptr().wrapping_add(pair_at);
@@ -185,13 +172,7 @@ unsafe fn tile_kernel<const VECS: usize, const POS: usize>(
 
 /// Never called without the AVX-512 kernels (`Windows::new` checks for them).
 #[rustversion::attr(since(1.89), cfg(not(target_arch = "x86_64")))]
-unsafe fn tile_kernel<const VECS: usize, const POS: usize>(
-    _: &TileGeometry,
-    _: &[usize],
-    _: usize,
-    _: &[f32; 4 * LANES],
-    _: (&mut [f32], usize),
-) {
+unsafe fn tile_kernel(_: &TileGeometry, _: &[usize], _: usize, _: &[f32; TILE_OUT], _: (&mut [f32], usize)) {
     unreachable!("the broadcast convolution runs on AVX-512 only")
 }
 

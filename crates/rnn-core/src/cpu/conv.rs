@@ -61,7 +61,7 @@ impl ConvShape {
         self.out_c / self.groups
     }
 
-    fn image_len(&self) -> usize {
+    pub(super) fn image_len(&self) -> usize {
         self.in_c * self.hw.0 * self.hw.1
     }
 

@@ -14,7 +14,6 @@
 //! included), so inf and NaN propagate as there.
 
 use super::conv::ConvShape;
-use super::conv_direct::place_planes;
 use super::conv_wgrad::Windows;
 
 /// Output channels per register.
@@ -65,17 +64,15 @@ impl BroadcastConv {
                 weight.extend((0..og).map(|o| w[(g * og + o) * cg * taps + k]));
             }
         }
-        let pair_at = (0..cg * taps).map(|k| k / taps * windows.plane + windows.offsets[k % taps]).collect();
+        let pair_at = (0..cg * taps).map(|k| windows.pair_at(k)).collect();
         Some(BroadcastConv { windows, weight, pair_at })
     }
 
     /// `out = conv(xi, w) + bias` for one image (`[out_c, ho * wo]`).
     pub(super) fn convolve(&self, s: &ConvShape, xi: &[f32], bias: Option<&[f32]>, out: &mut [f32], buf: &mut Buffers) {
         let (win, l) = (&self.windows, self.windows.starts.len());
-        let ((h, w), (ph, pw)) = (s.hw, s.window.padding);
-        assert!(xi.len() == s.in_c * h * w && out.len() == s.out_c * l);
-        let first = ph * win.pitch + pw;
-        place_planes(xi, (h * w, w), &mut buf.x, (0, s.in_c * win.plane), (win.plane, win.pitch, first));
+        assert!(xi.len() == s.image_len() && out.len() == s.out_c * l);
+        win.pad_input(s, xi, &mut buf.x);
         // Every element is written by the tiles: no need to clear it.
         buf.out.resize(l * s.out_c, 0.0);
         for g in 0..s.groups {

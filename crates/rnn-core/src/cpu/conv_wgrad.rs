@@ -63,6 +63,21 @@ impl Windows {
         assert!(furthest < plane, "a window of {s:?} reaches past its padded plane");
         Some(Windows { pitch, plane, starts, offsets })
     }
+
+    /// Image `xi`'s input planes (`[in_c, h, w]`) with their zero padding, `plane`
+    /// elements apart, in `dst`.
+    pub(super) fn pad_input(&self, s: &ConvShape, xi: &[f32], dst: &mut Vec<f32>) {
+        let ((h, w), (ph, pw)) = (s.hw, s.window.padding);
+        let first = ph * self.pitch + pw;
+        place_planes(xi, (h * w, w), dst, (0, s.in_c * self.plane), (self.plane, self.pitch, first));
+    }
+
+    /// Where (input channel `k / taps`, tap `k % taps`) reads the padded planes, from the
+    /// first plane.
+    pub(super) fn pair_at(&self, k: usize) -> usize {
+        let taps = self.offsets.len();
+        k / taps * self.plane + self.offsets[k % taps]
+    }
 }
 
 /// The layout of one convolution's broadcast weight gradient.
@@ -96,12 +111,11 @@ impl BroadcastWeightGrad {
     /// Adds the weight gradient of image `xi` (`gz` its output gradient, `[out_c, ho * wo]`)
     /// to `sums`, `[groups, in_c / groups * taps, out_c / groups]`.
     pub(super) fn add_image(&self, s: &ConvShape, xi: &[f32], gz: &[f32], sums: &mut [f32], buf: &mut Buffers) {
-        let ((h, w), (ph, pw)) = (s.hw, s.window.padding);
         let win = &self.windows;
         let (og, cg, taps) = (s.out_c / s.groups, s.in_c / s.groups, win.offsets.len());
         let (l, kg) = (win.starts.len(), cg * taps);
-        assert!(xi.len() == s.in_c * h * w && gz.len() == s.out_c * l && sums.len() == s.groups * kg * og);
-        place_planes(xi, (h * w, w), &mut buf.x, (0, s.in_c * win.plane), (win.plane, win.pitch, ph * win.pitch + pw));
+        assert!(xi.len() == s.image_len() && gz.len() == s.out_c * l && sums.len() == s.groups * kg * og);
+        win.pad_input(s, xi, &mut buf.x);
         buf.gt.resize(l * s.out_c, 0.0);
         let (src, dst): (&[u32], &mut [u32]) = (bytemuck::cast_slice(gz), bytemuck::cast_slice_mut(&mut buf.gt));
         super::transpose::words(src, l, (s.out_c, l), dst, s.out_c);
@@ -123,10 +137,7 @@ impl BroadcastWeightGrad {
                 let n = pairs.min(kg - k0);
                 // Pair `j` reads input channel `k / taps` at tap `k % taps`; unused pairs
                 // of a tail repeat the last one.
-                let at: [usize; TILE] = std::array::from_fn(|j| {
-                    let k = k0 + j.min(n - 1);
-                    (g * cg + k / taps) * win.plane + win.offsets[k % taps]
-                });
+                let at: [usize; TILE] = std::array::from_fn(|j| g * cg * win.plane + win.pair_at(k0 + j.min(n - 1)));
                 let tile = Tile { gt: &buf.gt, out_c: s.out_c, o: g * og + o, x: &buf.x, at: &at, starts: &win.starts };
                 let sums = &mut sums[k0 * og + o..];
                 // SAFETY: `new` checked AVX-512; `gt` holds a row of `out_c` per position,

@@ -596,6 +596,10 @@ fn reductions(device: Device) -> Result<()> {
     let empty = Tensor::zeros((2, 0), DType::F32, device)?;
     assert_eq!(empty.sum(1)?.to_vec::<f32>()?, vec![0.0, 0.0]);
     assert!(empty.max(1).is_err() && empty.argmax(1).is_err(), "max over an empty dim");
+    // No outputs, each of a long reduction (the GPUs split those over blocks per output).
+    let no_rows = Tensor::zeros((0, 5000), DType::F32, device)?;
+    assert_eq!(no_rows.sum(1)?.dims(), &[0]);
+    assert_eq!(no_rows.max_keepdim(1)?.dims(), &[0, 1]);
     assert!(i.sum([0, 0]).is_err() && i.sum(2).is_err(), "bad dims");
     Ok(())
 }

@@ -174,7 +174,11 @@ pub(crate) fn reduce_source(target: &Target, op: ReduceOp, dtype: DType) -> Resu
 /// parts an output is split into (1 unless `Mode::Parts`, which `Mode::Merge` follows).
 fn split(target: &Target, outer: usize, r: usize, kept: &Layout, reduced: &Layout) -> (Mode, usize) {
     let adjacent_outputs = kept.strides().last() == Some(&1);
-    if r <= PER_THREAD_MAX || (adjacent_outputs && !reduced.is_contiguous() && outer >= PER_THREAD_OUTPUTS) {
+    // No outputs (an empty kept dim): nothing to split, and no blocks per output.
+    if outer == 0
+        || r <= PER_THREAD_MAX
+        || (adjacent_outputs && !reduced.is_contiguous() && outer >= PER_THREAD_OUTPUTS)
+    {
         return (Mode::Thread, 1);
     }
     if r <= PER_WARP_MAX && target.warps() {

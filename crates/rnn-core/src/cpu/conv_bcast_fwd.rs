@@ -187,7 +187,7 @@ mod tests {
     /// CPUs, so that its comparison with the composition covers it.
     #[test]
     fn which_convolutions_take_broadcasts() {
-        let avx512 = super::super::matmul_half_kernels::HAS_AVX512_KERNELS && super::super::simd::has_avx512();
+        let avx512 = super::super::runs_avx512_kernels();
         let weight = vec![0.0; 64 * 32 * 9];
         for taken in [shape(32, 64, 1, 3), shape(8, 128, 2, 3)] {
             assert_eq!(BroadcastConv::new(&taken, Some(&weight)).is_some(), avx512, "{taken:?}");

@@ -128,7 +128,7 @@ impl DirectConv {
     /// planes (a 0-high input with enough padding still has windows) take the product.
     fn layout(s: &ConvShape, wanted: bool) -> Option<Self> {
         let w = &s.window;
-        let avx512 = super::matmul_half_kernels::HAS_AVX512_KERNELS && super::simd::has_avx512();
+        let avx512 = super::runs_avx512_kernels();
         let empty = s.hw.0 == 0 || s.hw.1 == 0;
         if !wanted || empty || w.stride != (1, 1) || w.kernel != (3, 3) || !avx512 {
             return None;
@@ -504,7 +504,7 @@ mod tests {
     /// the product.
     #[test]
     fn which_convolutions_take_the_direct_path() {
-        let avx512 = super::super::matmul_half_kernels::HAS_AVX512_KERNELS && super::super::simd::has_avx512();
+        let avx512 = super::super::runs_avx512_kernels();
         let walk = |s: &ConvShape| DirectConv::for_forward(s, true).map(|d| d.walk);
         // Weight gradient: rows of 32 or more, with 16 input channels per group or by rows.
         for wide in [

@@ -41,7 +41,7 @@ impl Windows {
     /// group a multiple of 16, a non-empty input and output, and a CPU with AVX-512 (and a
     /// build with its intrinsics, rustc 1.89 or later).
     pub(super) fn new(s: &ConvShape, is_f32: bool) -> Option<Self> {
-        let avx512 = super::matmul_half_kernels::HAS_AVX512_KERNELS && super::simd::has_avx512();
+        let avx512 = super::runs_avx512_kernels();
         let og = s.out_c / s.groups;
         // An empty input with enough padding still has windows (of padding only): the
         // product takes those.
@@ -229,7 +229,7 @@ mod tests {
     /// AVX-512 CPUs, so that its comparison with the composition covers it.
     #[test]
     fn which_weight_gradients_take_broadcasts() {
-        let avx512 = super::super::matmul_half_kernels::HAS_AVX512_KERNELS && super::super::simd::has_avx512();
+        let avx512 = super::super::runs_avx512_kernels();
         for taken in [shape(3, 16, 1, (32, 32), (3, 3)), shape(8, 64, 2, (5, 7), (2, 3))] {
             assert_eq!(BroadcastWeightGrad::new(&taken, true).is_some(), avx512, "{taken:?}");
             assert!(BroadcastWeightGrad::new(&taken, false).is_none(), "f64 keeps the product");

@@ -8,7 +8,9 @@
 //! cost as much as the product's arithmetic saved.
 //!
 //! [`available`] says whether this CPU has the instructions (detected once at run time);
-//! without them, or for f64, `cpu.rs` uses the `gemm` crate instead.
+//! without them, or for f64, `cpu.rs` uses the `gemm` crate instead. Where the CPU has
+//! AVX-512, the product, the exponentials and the row maxima run on its 16-float registers instead
+//! (`cpu_kernel_avx512.rs`: twice the arithmetic per instruction, the same results).
 
 /// Columns of the result per micro-kernel call: two 8-float registers.
 pub(super) const NR: usize = 16;
@@ -40,6 +42,20 @@ impl Strided<'_> {
     }
 }
 
+/// A left operand as the micro-kernels read it: element `(i, p)` at `ptr + i * rs + p * cs`.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+pub(super) struct Operand {
+    pub ptr: *const f32,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+/// Whether the kernels run on AVX-512 here (else on AVX2).
+fn wide() -> bool {
+    crate::cpu::runs_avx512_kernels()
+}
+
 /// `c = alpha · a b + (c if accumulate)`, with `a` `m x k` (any strides), `b` `k x n` with
 /// unit column stride and `n` a multiple of [`NR`], `c` `m x n` with row stride `ldc`.
 ///
@@ -47,14 +63,27 @@ impl Strided<'_> {
 /// `n` is not a multiple of [`NR`], or if the CPU lacks AVX2 / FMA (callers check
 /// [`available`]).
 pub(super) fn product(
-    (m, n, k): (usize, usize, usize),
+    mnk: (usize, usize, usize),
     a: Strided,
     b: Strided,
     c: &mut [f32],
     ldc: usize,
+    epilogue: (f32, bool),
+) {
+    product_on(wide(), mnk, a, b, (c, ldc), epilogue)
+}
+
+/// [`product`] on the AVX-512 kernel when `wide` (the caller checked that it runs here),
+/// else on the AVX2 one.
+fn product_on(
+    wide: bool,
+    (m, n, k): (usize, usize, usize),
+    a: Strided,
+    b: Strided,
+    (c, ldc): (&mut [f32], usize),
     (alpha, accumulate): (f32, bool),
 ) {
-    assert!(available(), "the attention tile kernel needs AVX2 and FMA");
+    assert!(available() && (!wide || self::wide()), "the attention tile kernel needs AVX2 and FMA (AVX-512 when wide)");
     assert!(n % NR == 0 && b.cs == 1, "the attention tile kernel needs whole 16-column blocks");
     assert!(a.fits(m, k) && b.fits(k, n), "attention tile operand out of bounds");
     assert!(m == 0 || n == 0 || (m - 1) * ldc + n <= c.len(), "attention tile result out of bounds");
@@ -62,17 +91,16 @@ pub(super) fn product(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the CPU has AVX2 and FMA (asserted); every element the kernel reads or writes
-    // lies inside its slice (asserted above), and `c` does not overlap `a` or `b` (it is
-    // borrowed mutably).
+    // SAFETY: the CPU has AVX2 and FMA, and AVX-512 when `wide` (asserted); every element
+    // the kernel reads or writes lies inside its slice (asserted above), and `c` does not
+    // overlap `a` or `b` (it is borrowed mutably).
     unsafe {
-        avx2::product(
-            (m, n, k),
-            avx2::Operand { ptr: a.data.as_ptr(), rs: a.rs, cs: a.cs },
-            (b.data.as_ptr(), b.rs),
-            (c.as_mut_ptr(), ldc),
-            (alpha, accumulate),
-        )
+        let a = Operand { ptr: a.data.as_ptr(), rs: a.rs, cs: a.cs };
+        let (b, c) = ((b.data.as_ptr(), b.rs), (c.as_mut_ptr(), ldc));
+        match wide {
+            true => super::cpu_kernel_avx512::product((m, n, k), a, b, c, (alpha, accumulate)),
+            false => avx2::product((m, n, k), a, b, c, (alpha, accumulate)),
+        }
     };
 }
 
@@ -80,11 +108,20 @@ pub(super) fn product(
 ///
 /// Panics if the CPU lacks AVX2 / FMA (callers check [`available`]).
 pub(super) fn row_max(s: &[f32]) -> f32 {
-    assert!(available(), "the attention row kernels need AVX2 and FMA");
+    row_max_on(wide(), s)
+}
+
+/// [`row_max`] on the AVX-512 kernel when `wide`, else the AVX2 one.
+fn row_max_on(wide: bool, s: &[f32]) -> f32 {
+    assert!(available() && (!wide || self::wide()), "the attention row kernels need AVX2 and FMA (AVX-512 when wide)");
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the CPU has AVX2 and FMA (asserted); the kernel reads only inside `s`.
+    // SAFETY: the CPU has AVX2 and FMA, and AVX-512 when `wide` (asserted); the kernels
+    // read only inside `s`.
     unsafe {
-        avx2::row_max(s)
+        match wide {
+            true => super::cpu_kernel_avx512::row_max(s),
+            false => avx2::row_max(s),
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!()
@@ -104,16 +141,40 @@ pub(super) const MAX_EXP_ARG: f32 = 87.0;
 /// Panics if the slices differ in length or the CPU lacks AVX2 / FMA. In debug builds,
 /// also if an argument exceeds [`MAX_EXP_ARG`].
 pub(super) fn exp_sum(s: &[f32], shift: f32, p: &mut [f32]) -> f32 {
-    assert!(available(), "the attention row kernels need AVX2 and FMA");
+    exp_sum_on(wide(), s, shift, p)
+}
+
+/// [`exp_sum`] on the AVX-512 kernel when `wide` (the caller checked that it runs here),
+/// else on the AVX2 one.
+fn exp_sum_on(wide: bool, s: &[f32], shift: f32, p: &mut [f32]) -> f32 {
+    assert!(available() && (!wide || self::wide()), "the attention row kernels need AVX2 and FMA (AVX-512 when wide)");
     assert_eq!(s.len(), p.len(), "exp_sum: rows of different lengths");
     debug_assert!(!s.iter().any(|&x| x - shift > MAX_EXP_ARG), "exp_sum: an argument exceeds {MAX_EXP_ARG}");
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the CPU has AVX2 and FMA (asserted); both slices hold `s.len()` elements.
+    // SAFETY: the CPU has AVX2 and FMA, and AVX-512 when `wide` (asserted); both slices
+    // hold `s.len()` elements.
     unsafe {
-        avx2::exp_sum(s, shift, p)
+        match wide {
+            true => super::cpu_kernel_avx512::exp_sum(s, shift, p),
+            false => avx2::exp_sum(s, shift, p),
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!()
+}
+
+/// The constants of `exp` on lanes (`avx2::exp8_bounded`, `cpu_kernel_avx512::exp16`):
+/// Cephes' polynomial of `num::exp_f32`.
+pub(super) mod exp_poly {
+    /// `1.5 * 2^23`: added to `x log2 e`, it leaves `round(x log2 e)` in the low mantissa bits.
+    pub const ROUND: f32 = 12_582_912.0;
+    /// `ln 2` in two parts, high and low, for the reduction `r = x - n ln 2`.
+    pub const LN2_HI: f32 = 0.693_359_4;
+    pub const LN2_LO: f32 = -2.121_944_4e-4;
+    /// The polynomial's coefficients, highest degree first.
+    pub const COEFFS: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
+    /// `ln(2^-126)`: below it, `exp` is under the smallest normal float.
+    pub const MIN_NORMAL_LN: f32 = -87.336_54;
 }
 
 /// `dst[x * ld + j] = src[j * rs + x]` for `j < rows`, `x < width`: the transpose of a
@@ -130,18 +191,12 @@ pub(super) fn transpose(src: &[f32], rs: usize, dims: (usize, usize), dst: &mut 
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::NR;
+    use super::exp_poly::{COEFFS, LN2_HI, LN2_LO, MIN_NORMAL_LN, ROUND};
+    use super::{Operand, NR};
 
     /// Rows of the result per micro-kernel call: 6 rows x 2 registers = 12 accumulators,
     /// plus 2 for the right operand's row and 1 for the broadcast, of the 16 registers.
     const MR: usize = 6;
-
-    #[derive(Clone, Copy)]
-    pub(super) struct Operand {
-        pub ptr: *const f32,
-        pub rs: usize,
-        pub cs: usize,
-    }
 
     /// See [`super::product`]. SAFETY: AVX2 + FMA present; `a` covers `m x k`, `b` (row
     /// stride `ldb`) `k x n`, `c` (row stride `ldc`) `m x n`, `n % NR == 0`.
@@ -270,13 +325,13 @@ mod avx2 {
     #[inline]
     fn exp8_bounded(x: __m256) -> __m256 {
         // n = round(x log2 e) by the 1.5 * 2^23 trick: the sum's low mantissa bits are n.
-        let shifted = _mm256_fmadd_ps(x, splat(std::f32::consts::LOG2_E), splat(12_582_912.0));
-        let n = _mm256_sub_ps(shifted, splat(12_582_912.0));
-        let r = _mm256_fnmadd_ps(n, splat(0.693_359_4), x);
-        let r = _mm256_fnmadd_ps(n, splat(-2.121_944_4e-4), r);
-        let mut p = splat(1.987_569_1e-4);
-        for k in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
-            p = _mm256_fmadd_ps(p, r, splat(k));
+        let shifted = _mm256_fmadd_ps(x, splat(std::f32::consts::LOG2_E), splat(ROUND));
+        let n = _mm256_sub_ps(shifted, splat(ROUND));
+        let r = _mm256_fnmadd_ps(n, splat(LN2_HI), x);
+        let r = _mm256_fnmadd_ps(n, splat(LN2_LO), r);
+        let mut p = splat(COEFFS[0]);
+        for k in &COEFFS[1..] {
+            p = _mm256_fmadd_ps(p, r, splat(*k));
         }
         let y = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, splat(1.0)));
         // 2^n: the bits of `shifted` are 0x4B40_0000 + n, and 0x4B40_0000 << 23 wraps to 0,
@@ -289,9 +344,6 @@ mod avx2 {
         _mm256_and_ps(y, _mm256_cmp_ps(x, splat(MIN_NORMAL_LN), _CMP_NLT_UQ))
     }
 
-    /// `ln(2^-126)`: below it, `exp` is under the smallest normal float.
-    const MIN_NORMAL_LN: f32 = -87.336_54;
-
 
     #[target_feature(enable = "avx2,fma")]
     #[inline]
@@ -303,6 +355,11 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kernels' tiers this CPU runs: AVX2 (false), and AVX-512 (true) where it has it.
+    fn tiers() -> Vec<bool> {
+        [false, true].into_iter().filter(|&w| !w || wide()).collect()
+    }
 
     fn naive(
         (m, n, k): (usize, usize, usize),
@@ -339,20 +396,23 @@ mod tests {
                     }
                 }
                 let want_max = s.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-                assert_eq!(row_max(&s).to_bits(), want_max.to_bits(), "max, n = {n}");
+                for wide in tiers() {
+                    assert_eq!(row_max_on(wide, &s).to_bits(), want_max.to_bits(), "max, n = {n}, wide {wide}");
+                }
                 // The backward's shift may sit a rounding error below the maximum.
                 for shift in [want_max, want_max + 2.5, want_max - 0.5, want_max - 80.0] {
-                    check_exp_sum(&s, shift);
+                    tiers().into_iter().for_each(|wide| check_exp_sum(wide, &s, shift));
                 }
             }
         }
     }
 
-    /// `exp_sum(s, shift)` against `num::exp_f32` lane by lane (within 2 ulp, or 0 where the
-    /// exact value is below the normal range) and against the sum of those values.
-    fn check_exp_sum(s: &[f32], shift: f32) {
+    /// `exp_sum(s, shift)` on the AVX-512 kernel when `wide`, else the AVX2 one, against
+    /// `num::exp_f32` lane by lane (within 2 ulp, or 0 where the exact value is below the
+    /// normal range) and against the sum of those values.
+    fn check_exp_sum(wide: bool, s: &[f32], shift: f32) {
         let mut p = vec![0.0; s.len()];
-        let sum = exp_sum(s, shift, &mut p);
+        let sum = exp_sum_on(wide, s, shift, &mut p);
         let want: Vec<f32> = s.iter().map(|&x| crate::num::exp_f32(x - shift)).collect();
         for (i, (&g, &w)) in p.iter().zip(&want).enumerate() {
             let close = (g.is_nan() && w.is_nan())
@@ -373,11 +433,40 @@ mod tests {
             return;
         }
         let s: Vec<f32> = (0..=90 * 1024).map(|i| -(i as f32) / 1024.0).collect();
-        check_exp_sum(&s, 0.0);
+        tiers().into_iter().for_each(|wide| check_exp_sum(wide, &s, 0.0));
     }
 
-    /// Odd row counts (every remainder of 6), transposed and strided left operands, padded
-    /// result rows, both epilogues: the kernel against a plain loop.
+    /// Both tiers add each product element's terms in the same order, so they agree bit
+    /// for bit; their exponentials too (only the row sums group differently), and their
+    /// row maxima.
+    #[test]
+    fn tiers_agree_bit_for_bit() {
+        if !tiers().contains(&true) {
+            return;
+        }
+        let (m, n, k) = (13, 48, 64);
+        let vals = |len: usize, seed: u32| -> Vec<f32> {
+            (0..len as u32).map(|i| (((i * 7919 + seed) % 1000) as f32 / 250.0) - 2.0).collect()
+        };
+        let (a, b) = (vals(m * k, 1), vals(k * n, 2));
+        let (a, b) = (Strided { data: &a, rs: k, cs: 1 }, Strided { data: &b, rs: n, cs: 1 });
+        let outs: Vec<Vec<f32>> = [false, true]
+            .into_iter()
+            .map(|wide| {
+                let mut c = vals(m * n, 3);
+                product_on(wide, (m, n, k), a, b, (&mut c, n), (0.125, true));
+                exp_sum_on(wide, &c.clone(), 4.0, &mut c);
+                c.push(row_max_on(wide, &c[..m * n - 5]));
+                c
+            })
+            .collect();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&outs[0]), bits(&outs[1]));
+    }
+
+    /// Odd row counts (remainders of 6 and of 8), column counts of an odd number of 16s,
+    /// transposed and strided left operands, padded result rows, both epilogues: each
+    /// tier's kernel against a plain loop.
     #[test]
     fn matches_plain_loop() {
         if !available() {
@@ -386,7 +475,8 @@ mod tests {
         let vals = |n: usize, seed: usize| -> Vec<f32> {
             (0..n).map(|i| (((i * 7919 + seed * 104_729) % 1000) as f32 / 500.0) - 1.0).collect()
         };
-        for (m, n, k) in [(1, 16, 1), (5, 32, 7), (13, 16, 64), (64, 64, 64), (7, 48, 0)] {
+        let shapes = [(1, 16, 1), (5, 32, 7), (13, 16, 64), (64, 64, 64), (7, 48, 0), (9, 80, 5), (23, 128, 3)];
+        for ((m, n, k), wide) in shapes.into_iter().flat_map(|s| tiers().into_iter().map(move |w| (s, w))) {
             let a_data = vals(m * k * 2 + 3, 1);
             let b_data = vals(k * (n + 5) + 16, 2);
             for (a_rs, a_cs) in [(k, 1), (1, m), (2 * k + 1, 2)] {
@@ -397,10 +487,11 @@ mod tests {
                     let ldc = n + 3;
                     let mut got = vals(m * ldc, 3);
                     let mut want = got.clone();
-                    product((m, n, k), a, b, &mut got, ldc, epilogue);
+                    product_on(wide, (m, n, k), a, b, (&mut got, ldc), epilogue);
                     naive((m, n, k), a, b, &mut want, ldc, epilogue);
                     for (g, w) in got.iter().zip(&want) {
-                        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{m}x{n}x{k} {a_rs},{a_cs}: {g} vs {w}");
+                        let what = format!("{m}x{n}x{k} {a_rs},{a_cs}, wide {wide}");
+                        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{what}: {g} vs {w}");
                     }
                 }
             }

@@ -17,6 +17,7 @@ pub(crate) mod cpu;
 mod cpu_backward;
 mod cpu_forward;
 mod cpu_kernel;
+mod cpu_kernel_avx512;
 pub(crate) mod gpu;
 
 use std::sync::Arc;

@@ -1,0 +1,220 @@
+//! The AVX-512 twins of `cpu_kernel.rs`'s tile product, exponentials and row maxima, for
+//! CPUs that have it: 16-float registers do twice the arithmetic per instruction of the
+//! AVX2 kernels' 8. Their contracts are those of `cpu_kernel::product`, `exp_sum` and
+//! `row_max`, and so are their results: each product element adds its terms in the same
+//! order (one fused multiply-add per term), each exponential takes the same polynomial
+//! steps. Only `exp_sum`'s row sum groups its terms in 16 lanes instead of 8.
+//!
+//! Built by rustc 1.89 or later (the first with the AVX-512 intrinsics); `cpu_kernel.rs`
+//! calls them only where `cpu::runs_avx512_kernels` says they run.
+
+#[cfg(target_arch = "x86_64")]
+#[rustversion::since(1.89)]
+pub(super) use kernels::{exp_sum, product, row_max};
+
+#[cfg(target_arch = "x86_64")]
+#[rustversion::since(1.89)]
+#[allow(clippy::incompatible_msrv)] // only built by rustc >= 1.89, see the module doc
+mod kernels {
+    use std::arch::x86_64::*;
+
+    use super::super::cpu_kernel::exp_poly::{COEFFS, LN2_HI, LN2_LO, MIN_NORMAL_LN, ROUND};
+    use super::super::cpu_kernel::{Operand, NR};
+
+    /// Floats per register.
+    const LANES: usize = 16;
+
+    /// Rows of the result per block: 8 rows x 2 registers = 16 accumulators, with 2
+    /// registers for the right operand's row and 1 for the broadcast, of the 32. (Strips
+    /// of 4 registers x 6 rows, with fewer loads per multiply-add, ran no faster: 168-171
+    /// GFLOP/s on one core of a Xeon for both, on the 64 x 64 x 64 tiles.)
+    const MR: usize = 8;
+
+    /// See `cpu_kernel::product`. SAFETY: AVX-512 (F) present; `a` covers `m x k`, `b` (row
+    /// stride `ldb`) `k x n`, `c` (row stride `ldc`) `m x n`, `n % NR == 0`.
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    pub unsafe fn product(
+        (m, n, k): (usize, usize, usize),
+        a: Operand,
+        (b, ldb): (*const f32, usize),
+        (c, ldc): (*mut f32, usize),
+        epilogue: (f32, bool),
+    ) {
+        debug_assert_eq!(NR, LANES, "blocks of whole registers");
+        let mut j = 0;
+        while j < n {
+            // Two registers of columns, or one for the last 16 of an odd number of 16s.
+            let regs = if n - j >= 2 * LANES { 2 } else { 1 };
+            let mut i = 0;
+            while i < m {
+                let rows = (m - i).min(MR);
+                // SAFETY: rows i..i + rows and columns j..j + 16 * regs lie inside the operands.
+                unsafe {
+                    let a = Operand { ptr: a.ptr.add(i * a.rs), ..a };
+                    let (b, c, e) = ((b.add(j), ldb), (c.add(i * ldc + j), ldc), epilogue);
+                    macro_rules! by_rows {
+                        ($w:literal) => {
+                            match rows {
+                                8 => block::<8, $w>(k, a, b, c, e),
+                                7 => block::<7, $w>(k, a, b, c, e),
+                                6 => block::<6, $w>(k, a, b, c, e),
+                                5 => block::<5, $w>(k, a, b, c, e),
+                                4 => block::<4, $w>(k, a, b, c, e),
+                                3 => block::<3, $w>(k, a, b, c, e),
+                                2 => block::<2, $w>(k, a, b, c, e),
+                                _ => block::<1, $w>(k, a, b, c, e),
+                            }
+                        };
+                    }
+                    match regs {
+                        2 => by_rows!(2),
+                        _ => by_rows!(1),
+                    }
+                }
+                i += rows;
+            }
+            j += regs * LANES;
+        }
+    }
+
+    /// One `R x 16W` block of the result, its accumulators in registers over all of `k`.
+    /// SAFETY: as [`product`], for `R` rows and `16 W` columns.
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    #[inline]
+    unsafe fn block<const R: usize, const W: usize>(
+        k: usize,
+        a: Operand,
+        (b, ldb): (*const f32, usize),
+        (c, ldc): (*mut f32, usize),
+        (alpha, accumulate): (f32, bool),
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); W]; R];
+        for p in 0..k {
+            // SAFETY: row p of b has 16 W columns from here; a(r, p) is inside a for r < R.
+            unsafe {
+                let row = b.add(p * ldb);
+                let bv: [__m512; W] = std::array::from_fn(|h| _mm512_loadu_ps(row.add(LANES * h)));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let x = _mm512_set1_ps(*a.ptr.add(r * a.rs + p * a.cs));
+                    for (acc, &bv) in acc.iter_mut().zip(&bv) {
+                        *acc = _mm512_fmadd_ps(x, bv, *acc);
+                    }
+                }
+            }
+        }
+        let alpha = _mm512_set1_ps(alpha);
+        for (r, acc) in acc.iter().enumerate() {
+            for (h, &sum) in acc.iter().enumerate() {
+                // SAFETY: row r of c has 16 W columns from here.
+                unsafe {
+                    let dst = c.add(r * ldc + LANES * h);
+                    let old = if accumulate { _mm512_loadu_ps(dst) } else { _mm512_setzero_ps() };
+                    _mm512_storeu_ps(dst, _mm512_fmadd_ps(sum, alpha, old));
+                }
+            }
+        }
+    }
+
+    /// See `cpu_kernel::row_max`. SAFETY: AVX-512 (F) present.
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    pub unsafe fn row_max(s: &[f32]) -> f32 {
+        let chunks = s.chunks_exact(LANES);
+        let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+        let mut acc = [_mm512_set1_ps(f32::NEG_INFINITY); 2];
+        for (i, c) in chunks.enumerate() {
+            // SAFETY: `c` holds 16 floats. `max_ps` returns its second operand when either
+            // is NaN, so a NaN element leaves the running max as it was.
+            unsafe { acc[i % 2] = _mm512_max_ps(_mm512_loadu_ps(c.as_ptr()), acc[i % 2]) };
+        }
+        let mut lanes = [0.0f32; LANES];
+        // SAFETY: `lanes` holds 16 floats.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), _mm512_max_ps(acc[0], acc[1])) };
+        lanes.into_iter().fold(tail, |m, x| if x > m { x } else { m })
+    }
+
+    /// See `cpu_kernel::exp_sum`. SAFETY: AVX-512 (F) present, `p.len() == s.len()`.
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    pub unsafe fn exp_sum(s: &[f32], shift: f32, p: &mut [f32]) -> f32 {
+        let (chunks, mut outs) = (s.chunks_exact(LANES), p.chunks_exact_mut(LANES));
+        let shift = _mm512_set1_ps(shift);
+        let mut sum = _mm512_setzero_ps();
+        for (c, o) in chunks.clone().zip(&mut outs) {
+            // SAFETY: `c` and `o` hold 16 floats each.
+            unsafe {
+                let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(c.as_ptr()), shift));
+                _mm512_storeu_ps(o.as_mut_ptr(), e);
+                sum = _mm512_add_ps(sum, e);
+            }
+        }
+        // The tail through the same lanes, padded with -inf (whose exp adds 0).
+        let (tail, tail_out) = (chunks.remainder(), outs.into_remainder());
+        if !tail.is_empty() {
+            let mut lanes = [f32::NEG_INFINITY; LANES];
+            lanes[..tail.len()].copy_from_slice(tail);
+            // SAFETY: `lanes` holds 16 floats.
+            unsafe {
+                let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(lanes.as_ptr()), shift));
+                _mm512_storeu_ps(lanes.as_mut_ptr(), e);
+                sum = _mm512_add_ps(sum, e);
+            }
+            tail_out.copy_from_slice(&lanes[..tail.len()]);
+        }
+        let mut lanes = [0.0f32; LANES];
+        // SAFETY: `lanes` holds 16 floats.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), sum) };
+        lanes.into_iter().sum()
+    }
+
+    /// `avx2::exp8_bounded` on 16 lanes: `exp(x)` for `x <= MAX_EXP_ARG`, `-inf` or NaN,
+    /// with results below the normal range flushed to 0.
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    #[inline]
+    fn exp16(x: __m512) -> __m512 {
+        let splat = _mm512_set1_ps;
+        let shifted = _mm512_fmadd_ps(x, splat(std::f32::consts::LOG2_E), splat(ROUND));
+        let n = _mm512_sub_ps(shifted, splat(ROUND));
+        let r = _mm512_fnmadd_ps(n, splat(LN2_HI), x);
+        let r = _mm512_fnmadd_ps(n, splat(LN2_LO), r);
+        let mut p = splat(COEFFS[0]);
+        for k in &COEFFS[1..] {
+            p = _mm512_fmadd_ps(p, r, splat(*k));
+        }
+        let y = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, splat(1.0)));
+        // 2^n from the low bits of `shifted`, as in the AVX2 kernel.
+        let bits = _mm512_slli_epi32::<23>(_mm512_castps_si512(shifted));
+        let pow2 = _mm512_castsi512_ps(_mm512_add_epi32(bits, _mm512_set1_epi32(127 << 23)));
+        let y = _mm512_mul_ps(y, pow2);
+        // Keep lanes with x >= ln(2^-126) or NaN (unordered compare): -inf and the underflow go to 0.
+        _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_NLT_UQ>(x, splat(MIN_NORMAL_LN)), y)
+    }
+}
+
+/// Never called by builds without the AVX-512 kernels (`cpu_kernel` checks
+/// `runs_avx512_kernels`).
+#[cfg(target_arch = "x86_64")]
+#[rustversion::before(1.89)]
+pub(super) unsafe fn product(
+    _: (usize, usize, usize),
+    _: super::cpu_kernel::Operand,
+    _: (*const f32, usize),
+    _: (*mut f32, usize),
+    _: (f32, bool),
+) {
+    unreachable!("the AVX-512 attention kernels run only where they were built")
+}
+
+/// Never called by builds without the AVX-512 kernels (`cpu_kernel` checks
+/// `runs_avx512_kernels`).
+#[cfg(target_arch = "x86_64")]
+#[rustversion::before(1.89)]
+pub(super) unsafe fn row_max(_: &[f32]) -> f32 {
+    unreachable!("the AVX-512 attention kernels run only where they were built")
+}
+
+/// Never called by builds without the AVX-512 kernels (`cpu_kernel` checks
+/// `runs_avx512_kernels`).
+#[cfg(target_arch = "x86_64")]
+#[rustversion::before(1.89)]
+pub(super) unsafe fn exp_sum(_: &[f32], _: f32, _: &mut [f32]) -> f32 {
+    unreachable!("the AVX-512 attention kernels run only where they were built")
+}

@@ -9,8 +9,9 @@
 //!
 //! [`available`] says whether this CPU has the instructions (detected once at run time);
 //! without them, or for f64, `cpu.rs` uses the `gemm` crate instead. Where the CPU has
-//! AVX-512, the product, the exponentials and the row maxima run on its 16-float registers instead
-//! (`cpu_kernel_avx512.rs`: twice the arithmetic per instruction, the same results).
+//! AVX-512, the product, the exponentials and the row maxima run on its 16-float registers
+//! instead (`cpu_kernel_avx512.rs`: twice the arithmetic per instruction, the same values
+//! bit for bit, but for the order in which `exp_sum` adds up a row).
 
 /// Columns of the result per micro-kernel call: two 8-float registers.
 pub(super) const NR: usize = 16;

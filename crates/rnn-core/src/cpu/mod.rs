@@ -95,14 +95,14 @@ pub(crate) mod pool;
 mod reduce;
 pub(crate) mod simd;
 pub mod strided;
+pub(crate) mod unary;
+mod window;
 
 /// Whether the AVX-512 kernels run here: this build has them (rustc 1.89 or later on
 /// x86-64) and the CPU offers the AVX-512 tier.
 pub(crate) fn runs_avx512_kernels() -> bool {
     matmul_half_kernels::HAS_AVX512_KERNELS && simd::has_avx512()
 }
-pub(crate) mod unary;
-mod window;
 
 impl CpuStorage {
     pub fn dtype(&self) -> DType {

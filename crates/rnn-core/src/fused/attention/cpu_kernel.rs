@@ -74,8 +74,8 @@ pub(super) fn product(
     product_on(wide(), mnk, a, b, (c, ldc), epilogue)
 }
 
-/// [`product`] on the AVX-512 kernel when `wide` (the caller checked that it runs here),
-/// else on the AVX2 one.
+/// [`product`] on the AVX-512 kernel when `wide`, else on the AVX2 one; panics if `wide`
+/// and the AVX-512 kernels do not run here.
 fn product_on(
     wide: bool,
     (m, n, k): (usize, usize, usize),
@@ -112,7 +112,8 @@ pub(super) fn row_max(s: &[f32]) -> f32 {
     row_max_on(wide(), s)
 }
 
-/// [`row_max`] on the AVX-512 kernel when `wide`, else the AVX2 one.
+/// [`row_max`] on the AVX-512 kernel when `wide`, else on the AVX2 one; panics if `wide`
+/// and the AVX-512 kernels do not run here.
 fn row_max_on(wide: bool, s: &[f32]) -> f32 {
     assert!(available() && (!wide || self::wide()), "the attention row kernels need AVX2 and FMA (AVX-512 when wide)");
     #[cfg(target_arch = "x86_64")]
@@ -145,8 +146,8 @@ pub(super) fn exp_sum(s: &[f32], shift: f32, p: &mut [f32]) -> f32 {
     exp_sum_on(wide(), s, shift, p)
 }
 
-/// [`exp_sum`] on the AVX-512 kernel when `wide` (the caller checked that it runs here),
-/// else on the AVX2 one.
+/// [`exp_sum`] on the AVX-512 kernel when `wide`, else on the AVX2 one; panics if `wide`
+/// and the AVX-512 kernels do not run here.
 fn exp_sum_on(wide: bool, s: &[f32], shift: f32, p: &mut [f32]) -> f32 {
     assert!(available() && (!wide || self::wide()), "the attention row kernels need AVX2 and FMA (AVX-512 when wide)");
     assert_eq!(s.len(), p.len(), "exp_sum: rows of different lengths");

@@ -113,8 +113,9 @@ fn cases() -> Vec<Case> {
         // tile for all); 150 rows end in a 22-row block, 77 keys in a 13-key tile.
         case("grouped_blocks_causal_padding", [4, 2, 150, 77, 32, 16]).causal().lengths(&[77, 50, 3, 0]),
         case("grouped_blocks_bias", [2, 4, 131, 131, 48, 32]).bias(&[4, 131, 131], true),
-        // From 2048 keys on, the CPU forward takes 128-key tiles: 2100 keys padded to 2050
-        // end in a 2-key tile; the causal rows stop in the first tile.
+        // The CPU forward takes 128-key tiles from 2048 keys on (at every length where the
+        // AVX-512 kernels run, where 131 and 150 keys above cross one): 2100 keys padded to
+        // 2050 end in a 2-key tile; the causal rows stop in the first tile.
         case("wide_key_tiles", [2, 1, 20, 2100, 16, 16]).lengths(&[2050, 2100]).bias(&[1, 1, 2100], true),
         case("wide_key_tiles_causal", [1, 1, 150, 2100, 16, 16]).causal(),
     ]

@@ -6,7 +6,7 @@
 //! it, with an online softmax: per row a running max `m` and sum `l`, the output rows
 //! accumulated in place and rescaled when `m` grows. At the end `o = acc / l` and the saved
 //! log-sum-exp is `m + ln l` (`-inf`, and a zero row, where every key is masked). Scratch per
-//! thread: the transposed key tile, two `BR x BC` tiles (`BC` doubled for long keys) and two
+//! thread: the transposed key tile, two `BR x bc` tiles (`bc`: [`key_tile_width`]) and two
 //! vectors of the group's rows.
 
 use std::ops::Range;
@@ -26,16 +26,24 @@ const PAR_FLOPS: usize = 1 << 18;
 /// tile then serves four blocks.
 const BLOCKS: usize = 4;
 
-/// The forward's key tile from [`WIDE_FROM_NK`] keys on: twice the backward's. Each
-/// tile's online-softmax bookkeeping (row maxima, rescaling the output rows, the `P V`
-/// product's loads and stores of the output block) is then paid half as often. Measured on
-/// a 2-core AVX2 EPYC, one binary alternating twice: +10% forward GFLOP/s at N = 4096 (both
-/// masks, every round), no clear change at N = 1024, and at N = 256 an earlier trial lost 24%.
+/// The forward's key tile where it is wide: twice the backward's. Each tile's
+/// online-softmax bookkeeping (row maxima, rescaling the output rows, the `P V` product's
+/// loads and stores of the output block) is then paid half as often.
+///
+/// Wide from [`WIDE_FROM_NK`] keys on with the AVX2 kernel, always with the AVX-512 one.
+/// Measured, one binary alternating configurations:
+/// - AVX2 kernel, 2-core EPYC (two rounds): +10% forward GFLOP/s at N = 4096 (both masks,
+///   every round), no clear change at N = 1024, and at N = 256 an earlier trial lost 24%.
+/// - AVX-512 kernel, 2-core Xeon (family 6 model 207, three rounds of B = 4, H = 8,
+///   D = 64): best rounds of the forward +18% / +13% at N = 256 (plain / causal) and
+///   +17% / +16% at N = 1024, every round of the wide tiles above every round of the narrow
+///   ones; at N = 4096 wider tiles (256, 1024 keys) were no faster.
 const BC_WIDE: usize = 2 * BC;
 const WIDE_FROM_NK: usize = 2048;
 
+/// The key tile width of the forward over `nk` keys.
 fn key_tile_width(nk: usize) -> usize {
-    if nk >= WIDE_FROM_NK {
+    if nk >= WIDE_FROM_NK || crate::cpu::runs_avx512_kernels() {
         BC_WIDE
     } else {
         BC
@@ -53,7 +61,7 @@ struct Scratch<C> {
 }
 
 impl<C: Compute> Scratch<C> {
-    /// For key tiles of `bc` keys.
+    /// For key tiles of at most `bc` keys (a whole number of the kernel's column blocks).
     fn new(d: usize, bc: usize) -> Self {
         Scratch {
             kt: vec![C::zero(); d * bc],
@@ -83,11 +91,13 @@ pub(super) fn run<C: Compute>(p: &Problem<C>) -> Result<(Vec<C>, Vec<C>)> {
     let task_rows = if grouped { BR * BLOCKS } else { BR };
     let tasks = split_tasks(&mut o, &mut lse, batch * heads, (nq, task_rows), dv);
     let work = batch * heads * nq * nk * (d + dv);
+    // No wider than the padded keys: short sequences need no more scratch than one tile.
+    let width = key_tile_width(nk).min(padded(nk));
     if work < PAR_FLOPS {
-        let mut scratch = Scratch::new(d, key_tile_width(nk));
+        let mut scratch = Scratch::new(d, width);
         tasks.into_iter().for_each(|t| group(p, t, &mut scratch));
     } else {
-        tasks.into_par_iter().for_each_init(|| Scratch::new(d, key_tile_width(nk)), |scratch, t| group(p, t, scratch));
+        tasks.into_par_iter().for_each_init(|| Scratch::new(d, width), |scratch, t| group(p, t, scratch));
     }
     Ok((o, lse))
 }

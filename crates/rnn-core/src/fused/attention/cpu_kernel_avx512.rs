@@ -3,7 +3,8 @@
 //! AVX2 kernels' 8. Their contracts are those of `cpu_kernel::product`, `exp_sum` and
 //! `row_max`, and so are their results: each product element adds its terms in the same
 //! order (one fused multiply-add per term), each exponential takes the same polynomial
-//! steps. Only `exp_sum`'s row sum groups its terms in 16 lanes instead of 8.
+//! steps. Only `exp_sum`'s row sum groups its terms differently: in 16 lanes instead of 8,
+//! which it then adds in a tree.
 //!
 //! Built by rustc 1.89 or later (the first with the AVX-512 intrinsics); `cpu_kernel.rs`
 //! calls them only where `cpu::runs_avx512_kernels` says they run.
@@ -126,10 +127,13 @@ mod kernels {
             // is NaN, so a NaN element leaves the running max as it was.
             unsafe { acc[i % 2] = _mm512_max_ps(_mm512_loadu_ps(c.as_ptr()), acc[i % 2]) };
         }
-        let mut lanes = [0.0f32; LANES];
-        // SAFETY: `lanes` holds 16 floats.
-        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), _mm512_max_ps(acc[0], acc[1])) };
-        lanes.into_iter().fold(tail, |m, x| if x > m { x } else { m })
+        // The lanes hold no NaN, so a tree of maxima across them is exact.
+        let lanes = _mm512_reduce_max_ps(_mm512_max_ps(acc[0], acc[1]));
+        if lanes > tail {
+            lanes
+        } else {
+            tail
+        }
     }
 
     /// See `cpu_kernel::exp_sum`. SAFETY: AVX-512 (F) present, `p.len() == s.len()`.
@@ -159,10 +163,8 @@ mod kernels {
             }
             tail_out.copy_from_slice(&lanes[..tail.len()]);
         }
-        let mut lanes = [0.0f32; LANES];
-        // SAFETY: `lanes` holds 16 floats.
-        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), sum) };
-        lanes.into_iter().sum()
+        // A tree of adds across the lanes: a 16-add chain per row would stall the next row.
+        _mm512_reduce_add_ps(sum)
     }
 
     /// `avx2::exp8_bounded` on 16 lanes: `exp(x)` for `x <= MAX_EXP_ARG`, `-inf` or NaN,

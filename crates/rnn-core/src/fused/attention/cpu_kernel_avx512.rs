@@ -3,8 +3,8 @@
 //! AVX2 kernels' 8. Their contracts are those of `cpu_kernel::product`, `exp_sum` and
 //! `row_max`, and so are their results: each product element adds its terms in the same
 //! order (one fused multiply-add per term), each exponential takes the same polynomial
-//! steps. Only `exp_sum`'s row sum groups its terms differently: in 16 lanes instead of 8,
-//! which it then adds in a tree.
+//! steps. Only `exp_sum`'s row sum groups its terms differently: in 16 lanes instead of 8
+//! (the same sums for rows of up to 8 scores).
 //!
 //! Built by rustc 1.89 or later (the first with the AVX-512 intrinsics); `cpu_kernel.rs`
 //! calls them only where `cpu::runs_avx512_kernels` says they run.
@@ -20,7 +20,7 @@ mod kernels {
     use std::arch::x86_64::*;
 
     use super::super::cpu_kernel::exp_poly::{COEFFS, LN2_HI, LN2_LO, MIN_NORMAL_LN, ROUND};
-    use super::super::cpu_kernel::{Operand, NR};
+    use super::super::cpu_kernel::{sum_lanes8, Operand, NR};
 
     /// Floats per register.
     const LANES: usize = 16;
@@ -163,8 +163,10 @@ mod kernels {
             }
             tail_out.copy_from_slice(&lanes[..tail.len()]);
         }
-        // A tree of adds across the lanes: a 16-add chain per row would stall the next row.
-        _mm512_reduce_add_ps(sum)
+        // A tree across the lanes (a 16-add chain per row would stall the next row), the
+        // AVX2 kernel's below the first level.
+        let halves = _mm256_add_ps(_mm512_castps512_ps256(sum), _mm512_extractf32x8_ps::<1>(sum));
+        sum_lanes8(halves)
     }
 
     /// `avx2::exp8_bounded` on 16 lanes: `exp(x)` for `x <= MAX_EXP_ARG`, `-inf` or NaN,

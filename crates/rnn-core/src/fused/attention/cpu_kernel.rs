@@ -11,7 +11,7 @@
 //! without them, or for f64, `cpu.rs` uses the `gemm` crate instead. Where the CPU has
 //! AVX-512, the product, the exponentials and the row maxima run on its 16-float registers
 //! instead (`cpu_kernel_avx512.rs`: twice the arithmetic per instruction, the same values
-//! bit for bit, but for the order in which `exp_sum` adds up a row).
+//! bit for bit, but for the order in which `exp_sum` adds up a row of more than 8 scores).
 
 /// Columns of the result per micro-kernel call: two 8-float registers.
 pub(super) const NR: usize = 16;
@@ -57,6 +57,12 @@ fn wide() -> bool {
     crate::cpu::runs_avx512_kernels()
 }
 
+/// Panics unless this CPU runs the `wide` tier of the attention's `kernels` (AVX2 and FMA,
+/// and AVX-512 when `wide`): what makes the `*_on` functions' kernel calls sound.
+fn assert_tier(wide: bool, kernels: &str) {
+    assert!(available() && (!wide || self::wide()), "the attention {kernels} AVX2 and FMA (AVX-512 when wide)");
+}
+
 /// `c = alpha · a b + (c if accumulate)`, with `a` `m x k` (any strides), `b` `k x n` with
 /// unit column stride and `n` a multiple of [`NR`], `c` `m x n` with row stride `ldc`.
 ///
@@ -84,7 +90,7 @@ fn product_on(
     (c, ldc): (&mut [f32], usize),
     (alpha, accumulate): (f32, bool),
 ) {
-    assert!(available() && (!wide || self::wide()), "the attention tile kernel needs AVX2 and FMA (AVX-512 when wide)");
+    assert_tier(wide, "tile kernel needs");
     assert!(n % NR == 0 && b.cs == 1, "the attention tile kernel needs whole 16-column blocks");
     assert!(a.fits(m, k) && b.fits(k, n), "attention tile operand out of bounds");
     assert!(m == 0 || n == 0 || (m - 1) * ldc + n <= c.len(), "attention tile result out of bounds");
@@ -115,7 +121,7 @@ pub(super) fn row_max(s: &[f32]) -> f32 {
 /// [`row_max`] on the AVX-512 kernel when `wide`, else on the AVX2 one; panics if `wide`
 /// and the AVX-512 kernels do not run here.
 fn row_max_on(wide: bool, s: &[f32]) -> f32 {
-    assert!(available() && (!wide || self::wide()), "the attention row kernels need AVX2 and FMA (AVX-512 when wide)");
+    assert_tier(wide, "row kernels need");
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the CPU has AVX2 and FMA, and AVX-512 when `wide` (asserted); the kernels
     // read only inside `s`.
@@ -149,7 +155,7 @@ pub(super) fn exp_sum(s: &[f32], shift: f32, p: &mut [f32]) -> f32 {
 /// [`exp_sum`] on the AVX-512 kernel when `wide`, else on the AVX2 one; panics if `wide`
 /// and the AVX-512 kernels do not run here.
 fn exp_sum_on(wide: bool, s: &[f32], shift: f32, p: &mut [f32]) -> f32 {
-    assert!(available() && (!wide || self::wide()), "the attention row kernels need AVX2 and FMA (AVX-512 when wide)");
+    assert_tier(wide, "row kernels need");
     assert_eq!(s.len(), p.len(), "exp_sum: rows of different lengths");
     debug_assert!(!s.iter().any(|&x| x - shift > MAX_EXP_ARG), "exp_sum: an argument exceeds {MAX_EXP_ARG}");
     #[cfg(target_arch = "x86_64")]

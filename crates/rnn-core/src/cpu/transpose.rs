@@ -1,5 +1,5 @@
 //! Transposes of 32-bit words (f32 tiles, bf16 pairs) in `8 x 8` blocks of AVX2 register
-//! shuffles: the attention kernel's `Kᵀ` / `Vᵀ` tiles and the bf16 GEMM's packed panels.
+//! shuffles: the attention kernel's `Qᵀ` / `Kᵀ` / `Vᵀ` tiles and the bf16 GEMM's packed panels.
 //! Shuffles move bits, so any word (NaN payloads included) comes out as it went in.
 
 /// `dst[x * ld + j] = src[j * rs + x]` for `j < rows`, `x < width`: the transpose of a

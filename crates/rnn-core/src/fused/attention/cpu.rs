@@ -114,13 +114,11 @@ impl<C: Compute> Problem<'_, C> {
     /// Adds the bias to the score tile `s` of rows `rows` and keys `cols` (row stride
     /// `ld`), and sets `-inf` where causality hides a key. (Padded keys are never in `cols`.)
     pub fn mask_tile(&self, bh: usize, rows: &Range<usize>, cols: &Range<usize>, s: &mut [C], ld: usize) {
-        let heads = self.dims.heads;
         let bc = cols.len();
         if let Some(bias) = &self.bias {
-            let [sb, sh, si, sj] = bias.strides;
-            let base = bias.offset + (bh / heads) * sb + (bh % heads) * sh;
+            let [_, _, _, sj] = bias.strides;
             for (r, row) in s.chunks_mut(ld).take(rows.len()).enumerate() {
-                let at = base + (rows.start + r) * si + cols.start * sj;
+                let at = self.bias_at(bias, bh, rows.start + r, cols.start);
                 for (c, x) in row[..bc].iter_mut().enumerate() {
                     *x = *x + bias.data[at + c * sj];
                 }
@@ -128,11 +126,38 @@ impl<C: Compute> Problem<'_, C> {
         }
         if self.causal && cols.end > rows.start + 1 {
             for (r, row) in s.chunks_mut(ld).take(rows.len()).enumerate() {
-                // Keys j > i are hidden: columns from i + 1 - cols.start on.
-                let first_hidden = (rows.start + r + 1).saturating_sub(cols.start).min(bc);
-                row[first_hidden..bc].fill(C::neg_infinity());
+                row[first_hidden(rows.start + r, cols)..bc].fill(C::neg_infinity());
             }
         }
+    }
+
+    /// [`Problem::mask_tile`] on a transposed tile: `st` holds keys by rows, query rows by
+    /// columns.
+    pub fn mask_tile_t(&self, bh: usize, rows: &Range<usize>, cols: &Range<usize>, st: &mut [C], ld: usize) {
+        let br = rows.len();
+        if let Some(bias) = &self.bias {
+            let [_, _, si, sj] = bias.strides;
+            let first = self.bias_at(bias, bh, rows.start, cols.start);
+            for (c, keys) in st.chunks_mut(ld).take(cols.len()).enumerate() {
+                for (r, x) in keys[..br].iter_mut().enumerate() {
+                    *x = *x + bias.data[first + r * si + c * sj];
+                }
+            }
+        }
+        if self.causal && cols.end > rows.start + 1 {
+            for r in 0..br {
+                for key in st.chunks_mut(ld).take(cols.len()).skip(first_hidden(rows.start + r, cols)) {
+                    key[r] = C::neg_infinity();
+                }
+            }
+        }
+    }
+
+    /// Where the bias of query row `row`, key `col` of head `bh` sits in its storage.
+    fn bias_at(&self, bias: &Bias<C>, bh: usize, row: usize, col: usize) -> usize {
+        let [sb, sh, si, sj] = bias.strides;
+        let heads = self.dims.heads;
+        bias.offset + (bh / heads) * sb + (bh % heads) * sh + row * si + col * sj
     }
 
     /// `s = q[rows] kᵀ · scale + bias` for the keys `cols`, the first keys of a tile whose
@@ -145,6 +170,24 @@ impl<C: Compute> Problem<'_, C> {
         tile_product((rows.len(), n, d), (s, ld), false, q, Mat::rows(kt, ld), self.scale);
         self.mask_tile(bh, rows, cols, s, ld);
     }
+
+    /// The transpose of [`Problem::scores`]: `st = (q[rows] kᵀ · scale + bias)ᵀ`, keys by
+    /// rows, with `qt` the transposed query rows (`d x padded(rows.len())`, row-major rows
+    /// of at least that many columns); `st` has row stride `ld`, at least
+    /// `padded(rows.len())`, and is written that many columns wide (columns past the rows
+    /// hold the products with `qt`'s padding). On the f32 kernel each score adds the same
+    /// terms in the same order as in `scores`, so both give the same values.
+    pub fn scores_t(&self, bh: usize, rows: &Range<usize>, cols: &Range<usize>, qt: Mat<C>, st: &mut [C], ld: usize) {
+        let n = padded(rows.len()).min(ld);
+        tile_product((cols.len(), n, self.dims.d), (st, ld), false, self.k.rows(bh, cols), qt, self.scale);
+        self.mask_tile_t(bh, rows, cols, st, ld);
+    }
+}
+
+/// The first of keys `cols` that causality hides from query row `row` (keys after it), as
+/// an offset into `cols` (`cols.len()` when it sees them all).
+fn first_hidden(row: usize, cols: &Range<usize>) -> usize {
+    (row + 1).saturating_sub(cols.start).min(cols.len())
 }
 
 /// A piece of a tile: its query rows and keys (see [`Problem::pieces`]).
@@ -279,14 +322,6 @@ pub(super) fn tile_product<C: Compute>(
 /// `dst += alpha · a b` (see [`tile_product`]), `dst` with row stride `n`.
 pub(super) fn tile_product_add<C: Compute>(mnk: (usize, usize, usize), dst: &mut [C], a: Mat<C>, b: Mat<C>, alpha: C) {
     tile_product(mnk, (dst, mnk.1), true, a, b, alpha)
-}
-
-/// The largest element of a score row, NaN skipped (`-inf` when there is none).
-pub(super) fn row_max<C: Compute>(s: &[C]) -> C {
-    match as_f32(s) {
-        Some(s) if cpu_kernel::available() => C::c(cpu_kernel::row_max(s) as f64),
-        _ => fold_lanes(s, C::neg_infinity(), |x| x, |a, b| if b > a { b } else { a }),
-    }
 }
 
 /// `p = exp(s - shift)` over a score row, and the sum of `p`.

@@ -1,29 +1,32 @@
 //! The forward on the CPU. One task per (batch, head, group of up to [`BLOCKS`] blocks of
-//! `BR` query rows), spread over rayon's threads. A task walks the key tiles its rows may see
-//! (causally hidden and padded tiles are skipped, not masked, and tiles the causal diagonal
-//! crosses are taken in strips: `Problem::pieces`), transposes each once
-//! (`Kᵀ`, the score product's right operand) and runs every query block of the group over
-//! it, with an online softmax: per row a running max `m` and sum `l`, the output rows
-//! accumulated in place and rescaled when `m` grows. At the end `o = acc / l` and the saved
-//! log-sum-exp is `m + ln l` (`-inf`, and a zero row, where every key is masked). Scratch per
-//! thread: the transposed key tile, two `BR x bc` tiles (`bc`: [`key_tile_width`]) and two
-//! vectors of the group's rows.
+//! `BR` query rows), spread over rayon's threads. A task transposes its query rows once
+//! (`Qᵀ`) and walks the key tiles its rows may see (causally hidden and padded tiles are
+//! skipped, not masked, and tiles the causal diagonal crosses are taken in strips:
+//! `Problem::pieces`). Per tile and query block it computes the scores transposed,
+//! `Sᵀ = K Qᵀ` (keys by rows, query rows by columns: the key rows are the product's left
+//! operand as they are, and each query row's statistics are a column, updated by vertical
+//! operations, see `cpu_columns.rs`), folds them into an online softmax (per row a running
+//! max `m` and sum `l`, the output rows accumulated in place and rescaled when `m` grows),
+//! and adds `P V` to the output rows. At the end `o = acc / l` and the saved log-sum-exp is
+//! `m + ln l` (`-inf`, and a zero row, where every key is masked). Scratch per thread: the
+//! transposed query rows, one `bc x BR` tile (`bc`: [`key_tile_width`]) and three vectors of
+//! the group's rows.
 
 use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::cpu::{exp_sum, padded, row_max, tile_product_add, transpose_tile, Compute, Mat, Problem, BC, BR};
+use super::cpu::{padded, tile_product_add, transpose_tile, Compute, Mat, Problem, BC, BR};
+use super::cpu_columns::{softmax_columns, ColumnStats};
 use super::Dims;
 use crate::cpu::parallel::zeroed_vec;
-use crate::cpu::simd::{fold_lanes, map_slice};
 use crate::Result;
 
 /// Multiply-adds below which the forward runs on the calling thread.
 const PAR_FLOPS: usize = 1 << 18;
 
-/// Query blocks per task where there are enough tasks for the threads: each transposed key
-/// tile then serves four blocks.
+/// Query blocks per task where there are enough tasks for the threads: each key tile is
+/// then read from memory once for four blocks.
 const BLOCKS: usize = 4;
 
 /// The forward's key tile where it is wide: twice the backward's. Each tile's
@@ -38,6 +41,9 @@ const BLOCKS: usize = 4;
 ///   D = 64): best rounds of the forward +18% / +13% at N = 256 (plain / causal) and
 ///   +17% / +16% at N = 1024, every round of the wide tiles above every round of the narrow
 ///   ones; at N = 4096 wider tiles (256, 1024 keys) were no faster.
+///
+/// (Both measured before the forward computed its scores transposed, with one row's
+/// statistics per register lane instead of per row.)
 const BC_WIDE: usize = 2 * BC;
 const WIDE_FROM_NK: usize = 2048;
 
@@ -50,25 +56,29 @@ fn key_tile_width(nk: usize) -> usize {
     }
 }
 
-/// Per-thread scratch: the transposed key tile, the score and probability tiles, the
-/// running max and sum of the task's rows.
+/// Extra columns of the transposed query rows (see `group`).
+const QT_SKEW: usize = 16;
+
+/// Per-thread scratch: the task's transposed query rows, the transposed score tile, and
+/// the running max and sum of the task's rows and their rescaling factors.
 struct Scratch<C> {
-    kt: Vec<C>,
-    s: Vec<C>,
-    p: Vec<C>,
+    qt: Vec<C>,
+    st: Vec<C>,
     m: Vec<C>,
     l: Vec<C>,
+    alpha: Vec<C>,
 }
 
 impl<C: Compute> Scratch<C> {
-    /// For key tiles of at most `bc` keys (a whole number of the kernel's column blocks).
+    /// For key tiles of at most `bc` keys.
     fn new(d: usize, bc: usize) -> Self {
+        let rows = BR * BLOCKS;
         Scratch {
-            kt: vec![C::zero(); d * bc],
-            s: vec![C::zero(); BR * bc],
-            p: vec![C::zero(); BR * bc],
-            m: vec![C::zero(); BR * BLOCKS],
-            l: vec![C::zero(); BR * BLOCKS],
+            qt: vec![C::zero(); d * (rows + QT_SKEW)],
+            st: vec![C::zero(); bc * BR],
+            m: vec![C::zero(); rows],
+            l: vec![C::zero(); rows],
+            alpha: vec![C::zero(); rows],
         }
     }
 }
@@ -128,23 +138,29 @@ fn split_tasks<'a, C>(
 fn group<C: Compute>(p: &Problem<C>, t: Task<C>, scratch: &mut Scratch<C>) {
     let Dims { heads, d, dv, .. } = p.dims;
     let rows = t.rows.len();
-    scratch.m[..rows].fill(C::neg_infinity());
-    scratch.l[..rows].fill(C::zero());
+    // The queries' columns: padded to whole kernel blocks with zeros, whose scores no row
+    // reads. A piece starts a whole number of blocks into the task (blocks of BR rows,
+    // strips of a multiple of 16), so its padded columns end within these. The row stride
+    // is one cache line more: at a power of two (1 KiB for 256 rows) a product's rows of
+    // `Qᵀ` fall into a few cache sets and evict each other.
+    let (columns, qld) = (padded(rows), padded(rows) + QT_SKEW);
+    transpose_tile(p.q.rows(t.bh, &t.rows), (rows, d), &mut scratch.qt, qld);
+    scratch.m[..columns].fill(C::neg_infinity());
+    scratch.l[..columns].fill(C::zero());
     let b = t.bh / heads;
     let key_end = p.key_end(b, &t.rows);
     let bc = key_tile_width(p.dims.nk);
     for start in (0..key_end).step_by(bc) {
         let keys = start..(start + bc).min(key_end);
-        let ld = padded(keys.len());
-        transpose_tile(p.k.rows(t.bh, &keys), (keys.len(), d), &mut scratch.kt, ld);
         for first in (t.rows.start..t.rows.end).step_by(BR) {
             let block = first..(first + BR).min(t.rows.end);
             for (rows, cols) in p.pieces(b, &block, &keys) {
                 let at = rows.start - t.rows.start;
+                let width = at..at + padded(rows.len());
                 let o = &mut t.o[at * dv..][..rows.len() * dv];
-                let stats = (&mut scratch.m[at..][..rows.len()], &mut scratch.l[at..][..rows.len()]);
-                let tiles = (&scratch.kt[..], &mut scratch.s[..], &mut scratch.p[..], ld);
-                key_tile(p, (t.bh, &rows, &cols), tiles, o, stats);
+                let (m, l, alpha) = (&mut scratch.m[width.clone()], &mut scratch.l[width.clone()], &mut scratch.alpha[width]);
+                let qt = Mat::rows(&scratch.qt[at..], qld);
+                key_tile(p, (t.bh, &rows, &cols), (qt, &mut scratch.st), o, ColumnStats { m, l, alpha });
             }
         }
     }
@@ -161,44 +177,26 @@ fn group<C: Compute>(p: &Problem<C>, t: Task<C>, scratch: &mut Scratch<C>) {
     }
 }
 
-/// Folds the keys `cols` (the first of a tile transposed in `kt`, row stride `ld`) into the
-/// output rows `o` and the running max and sum of query rows `rows` of head `bh`.
+/// Folds the keys `cols` into the output rows `o` and the running softmax of query rows
+/// `rows` of head `bh` (their columns of `stats`), with `qt` the rows' transposed queries
+/// and `st` the scratch for their transposed scores.
 fn key_tile<C: Compute>(
     p: &Problem<C>,
     (bh, rows, cols): (usize, &Range<usize>, &Range<usize>),
-    (kt, s, probs, ld): (&[C], &mut [C], &mut [C], usize),
+    (qt, st): (Mat<C>, &mut [C]),
     o: &mut [C],
-    (m, l): (&mut [C], &mut [C]),
+    ColumnStats { m, l, alpha }: ColumnStats<C>,
 ) {
     let dv = p.dims.dv;
-    let (br, bc) = (rows.len(), cols.len());
-    p.scores(bh, rows, cols, kt, s, ld);
-    for r in 0..br {
-        let (srow, prow) = (&s[r * ld..][..bc], &mut probs[r * bc..][..bc]);
-        let alpha = online_softmax_row(srow, prow, &mut m[r], &mut l[r]);
-        if alpha != C::one() {
-            o[r * dv..][..dv].iter_mut().for_each(|x| *x = *x * alpha);
+    let (br, bc, ld) = (rows.len(), cols.len(), padded(rows.len()));
+    let st = &mut st[..bc * ld];
+    p.scores_t(bh, rows, cols, qt, st, ld);
+    softmax_columns(st, ld, bc, ColumnStats { m, l, alpha: &mut *alpha });
+    for (row, &a) in o.chunks_exact_mut(dv).zip(&alpha[..br]) {
+        if a != C::one() {
+            row.iter_mut().for_each(|x| *x = *x * a);
         }
     }
-    tile_product_add((br, dv, bc), o, Mat::rows(&probs[..br * bc], bc), p.v.rows(bh, cols), C::one());
-}
-
-/// Folds one row of scores into the running max `m` and sum `l`: writes
-/// `p = exp(s - m_new)` and returns the factor `exp(m_old - m_new)` the row's accumulated
-/// output must be scaled by. NaN scores give NaN probabilities (the max skips them, the exp
-/// keeps them), so a NaN reaches the output as in PyTorch.
-fn online_softmax_row<C: Compute>(s: &[C], p: &mut [C], m: &mut C, l: &mut C) -> C {
-    let max = row_max(s);
-    let m_new = if max > *m { max } else { *m };
-    if m_new == C::neg_infinity() {
-        // Every key so far masked: nothing to add (but a NaN score stays NaN).
-        map_slice(s, p, &|x: C| if num_traits::Float::is_nan(x) { x } else { C::zero() });
-        *l = *l + fold_lanes(p, C::zero(), |x| x, |a, b| a + b);
-        return C::one();
-    }
-    let sum = exp_sum(s, m_new, p);
-    let alpha = (*m - m_new).exp();
-    *l = *l * alpha + sum;
-    *m = m_new;
-    alpha
+    // P is the transpose of the tile: query rows by its columns.
+    tile_product_add((br, dv, bc), o, Mat::cols(st, ld), p.v.rows(bh, cols), C::one());
 }

@@ -4,14 +4,15 @@
 //! and column strides, so `Pᵀ` and `dSᵀ` need no copy) and the right operand as row-major
 //! rows of 16 floats. Unlike a general matrix product it packs nothing: the attention tiles
 //! are small (`64 x 64 x 64`) and their right operands are already row-major (V, dO, Q, K),
-//! or transposed once per key tile by the caller (`Kᵀ`, `Vᵀ`), so packing per product would
-//! cost as much as the product's arithmetic saved.
+//! or transposed once per tile by the caller (`Qᵀ`, `Kᵀ`, `Vᵀ`), so packing per product
+//! would cost as much as the product's arithmetic saved.
 //!
 //! [`available`] says whether this CPU has the instructions (detected once at run time);
 //! without them, or for f64, `cpu.rs` uses the `gemm` crate instead. Where the CPU has
-//! AVX-512, the product, the exponentials and the row maxima run on its 16-float registers
-//! instead (`cpu_kernel_avx512.rs`: twice the arithmetic per instruction, the same values
-//! bit for bit, but for the order in which `exp_sum` adds up a row of more than 8 scores).
+//! AVX-512, the product and the exponentials run on its 16-float registers instead
+//! (`cpu_kernel_avx512.rs`: twice the arithmetic per instruction, the same values bit for
+//! bit, but for the order in which `exp_sum` adds up a row of more than 8 scores). The
+//! forward's column softmax is in `cpu_columns.rs`.
 
 /// Columns of the result per micro-kernel call: two 8-float registers.
 pub(super) const NR: usize = 16;
@@ -53,13 +54,13 @@ pub(super) struct Operand {
 }
 
 /// Whether the kernels run on AVX-512 here (else on AVX2).
-fn wide() -> bool {
+pub(super) fn wide() -> bool {
     crate::cpu::runs_avx512_kernels()
 }
 
 /// Panics unless this CPU runs the `wide` tier of the attention's `kernels` (AVX2 and FMA,
 /// and AVX-512 when `wide`): what makes the `*_on` functions' kernel calls sound.
-fn assert_tier(wide: bool, kernels: &str) {
+pub(super) fn assert_tier(wide: bool, kernels: &str) {
     assert!(available() && (!wide || self::wide()), "the attention {kernels} AVX2 and FMA (AVX-512 when wide)");
 }
 
@@ -111,40 +112,15 @@ fn product_on(
     };
 }
 
-/// The largest element of `s`, NaN skipped (`-inf` for an empty or all-NaN row).
-///
-/// Panics if the CPU lacks AVX2 / FMA (callers check [`available`]).
-pub(super) fn row_max(s: &[f32]) -> f32 {
-    row_max_on(wide(), s)
-}
-
-/// [`row_max`] on the AVX-512 kernel when `wide`, else on the AVX2 one; panics if `wide`
-/// and the AVX-512 kernels do not run here.
-fn row_max_on(wide: bool, s: &[f32]) -> f32 {
-    assert_tier(wide, "row kernels need");
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: the CPU has AVX2 and FMA, and AVX-512 when `wide` (asserted); the kernels
-    // read only inside `s`.
-    unsafe {
-        match wide {
-            true => super::cpu_kernel_avx512::row_max(s),
-            false => avx2::row_max(s),
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    unreachable!()
-}
-
 /// The largest argument [`exp_sum`] takes: `exp(87)` is finite and `2^126` a normal float.
 pub(super) const MAX_EXP_ARG: f32 = 87.0;
 
 /// `p = exp(s - shift)` elementwise, and the sum of `p`, for a `shift` at or near the row's
-/// largest element: the softmax's running row maximum, or a row's log-sum-exp (which the
-/// backward's recomputed scores may pass by a rounding error). So every argument is at most
-/// [`MAX_EXP_ARG`], `-inf` or NaN. Cephes' polynomial of `num::exp_f32` (within 2 ulp of it);
-/// NaN stays NaN; results below the smallest normal float (arguments under -87.34, where
-/// `exp` is less than `1.2e-38`) are 0, a change of under `1.2e-38` next to the row
-/// maximum's term of 1.
+/// largest element: the row's log-sum-exp in the backward, which its recomputed scores may
+/// pass by a rounding error. So every argument is at most [`MAX_EXP_ARG`], `-inf` or NaN.
+/// Cephes' polynomial of `num::exp_f32` (within 2 ulp of it); NaN stays NaN; results below
+/// the smallest normal float (arguments under -87.34, where `exp` is less than `1.2e-38`)
+/// are 0, a change of under `1.2e-38` next to the row maximum's term of 1.
 ///
 /// Panics if the slices differ in length or the CPU lacks AVX2 / FMA. In debug builds,
 /// also if an argument exceeds [`MAX_EXP_ARG`].
@@ -210,7 +186,7 @@ pub(super) fn sum_lanes8(v: std::arch::x86_64::__m256) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(super) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::exp_poly::{COEFFS, LN2_HI, LN2_LO, MIN_NORMAL_LN, ROUND};
@@ -288,23 +264,6 @@ mod avx2 {
         }
     }
 
-    /// See [`super::row_max`]. SAFETY: AVX2 + FMA present.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn row_max(s: &[f32]) -> f32 {
-        let chunks = s.chunks_exact(8);
-        let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-        let mut acc = [_mm256_set1_ps(f32::NEG_INFINITY); 2];
-        for (i, c) in chunks.enumerate() {
-            // SAFETY: `c` holds 8 floats. `max_ps` returns its second operand when either is
-            // NaN, so a NaN element leaves the running max as it was.
-            unsafe { acc[i % 2] = _mm256_max_ps(_mm256_loadu_ps(c.as_ptr()), acc[i % 2]) };
-        }
-        let mut lanes = [0.0f32; 8];
-        // SAFETY: `lanes` holds 8 floats.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_max_ps(acc[0], acc[1])) };
-        lanes.into_iter().fold(tail, |m, x| if x > m { x } else { m })
-    }
-
     /// See [`super::exp_sum`]. SAFETY: AVX2 + FMA present, `p.len() == s.len()`.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn exp_sum(s: &[f32], shift: f32, p: &mut [f32]) -> f32 {
@@ -342,7 +301,7 @@ mod avx2 {
     /// most of the softmax's cost next to the two tile products.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    fn exp8_bounded(x: __m256) -> __m256 {
+    pub(in super::super) fn exp8_bounded(x: __m256) -> __m256 {
         // n = round(x log2 e) by the 1.5 * 2^23 trick: the sum's low mantissa bits are n.
         let shifted = _mm256_fmadd_ps(x, splat(std::f32::consts::LOG2_E), splat(ROUND));
         let n = _mm256_sub_ps(shifted, splat(ROUND));
@@ -397,11 +356,11 @@ mod tests {
         }
     }
 
-    /// The row kernels against `num::exp_f32` and a plain max, on rows of every length
-    /// remainder, with NaN, infinities and values near and past the flush to 0, shifted as
-    /// the softmax shifts them: by the row's maximum, and by a log-sum-exp above it.
+    /// `exp_sum` against `num::exp_f32`, on rows of every length remainder, with NaN,
+    /// infinities and values near and past the flush to 0, shifted by values at, above and
+    /// below the row's maximum (the backward's log-sum-exp may pass it by a rounding error).
     #[test]
-    fn row_kernels_match_scalar() {
+    fn exp_sum_matches_scalar() {
         if !available() {
             return;
         }
@@ -415,9 +374,6 @@ mod tests {
                     }
                 }
                 let want_max = s.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-                for wide in tiers() {
-                    assert_eq!(row_max_on(wide, &s).to_bits(), want_max.to_bits(), "max, n = {n}, wide {wide}");
-                }
                 // The backward's shift may sit a rounding error below the maximum.
                 for shift in [want_max, want_max + 2.5, want_max - 0.5, want_max - 80.0] {
                     tiers().into_iter().for_each(|wide| check_exp_sum(wide, &s, shift));
@@ -457,7 +413,7 @@ mod tests {
 
     /// Both tiers add each product element's terms in the same order, so they agree bit
     /// for bit; their exponentials too (only the row sums of more than 8 scores group
-    /// differently), and their row maxima.
+    /// differently).
     #[test]
     fn tiers_agree_bit_for_bit() {
         if !tiers().contains(&true) {
@@ -475,7 +431,6 @@ mod tests {
                 let mut c = vals(m * n, 3);
                 product_on(wide, (m, n, k), a, b, (&mut c, n), (0.125, true));
                 exp_sum_on(wide, &c.clone(), 4.0, &mut c);
-                c.push(row_max_on(wide, &c[..m * n - 5]));
                 c
             })
             .collect();

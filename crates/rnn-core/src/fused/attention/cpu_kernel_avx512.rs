@@ -1,17 +1,18 @@
-//! The AVX-512 twins of `cpu_kernel.rs`'s tile product, exponentials and row maxima, for
-//! CPUs that have it: 16-float registers do twice the arithmetic per instruction of the
-//! AVX2 kernels' 8. Their contracts are those of `cpu_kernel::product`, `exp_sum` and
-//! `row_max`, and so are their results: each product element adds its terms in the same
-//! order (one fused multiply-add per term), each exponential takes the same polynomial
-//! steps. Only `exp_sum`'s row sum groups its terms differently: in 16 lanes instead of 8
-//! (the same sums for rows of up to 8 scores).
+//! The AVX-512 twins of `cpu_kernel.rs`'s tile product and exponentials and of
+//! `cpu_columns.rs`'s column softmax, for CPUs that have it: 16-float registers do twice
+//! the arithmetic per instruction of the AVX2 kernels' 8. Their contracts are those of `cpu_kernel::product` and `exp_sum` and
+//! of `cpu_columns::softmax_columns`, and so are their results: each product element adds
+//! its terms in the same order (one fused multiply-add per term), each exponential takes
+//! the same polynomial steps, each column's sum adds its keys in order. Only `exp_sum`'s row
+//! sum groups its terms differently: in 16 lanes instead of 8 (the same sums for rows of up
+//! to 8 scores).
 //!
 //! Built by rustc 1.89 or later (the first with the AVX-512 intrinsics); `cpu_kernel.rs`
 //! calls them only where `cpu::runs_avx512_kernels` says they run.
 
 #[cfg(target_arch = "x86_64")]
 #[rustversion::since(1.89)]
-pub(super) use kernels::{exp_sum, product, row_max};
+pub(super) use kernels::{columns, exp_sum, product};
 
 #[cfg(target_arch = "x86_64")]
 #[rustversion::since(1.89)]
@@ -116,26 +117,6 @@ mod kernels {
         }
     }
 
-    /// See `cpu_kernel::row_max`. SAFETY: AVX-512 (F) present.
-    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub unsafe fn row_max(s: &[f32]) -> f32 {
-        let chunks = s.chunks_exact(LANES);
-        let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-        let mut acc = [_mm512_set1_ps(f32::NEG_INFINITY); 2];
-        for (i, c) in chunks.enumerate() {
-            // SAFETY: `c` holds 16 floats. `max_ps` returns its second operand when either
-            // is NaN, so a NaN element leaves the running max as it was.
-            unsafe { acc[i % 2] = _mm512_max_ps(_mm512_loadu_ps(c.as_ptr()), acc[i % 2]) };
-        }
-        // The lanes hold no NaN, so a tree of maxima across them is exact.
-        let lanes = _mm512_reduce_max_ps(_mm512_max_ps(acc[0], acc[1]));
-        if lanes > tail {
-            lanes
-        } else {
-            tail
-        }
-    }
-
     /// See `cpu_kernel::exp_sum`. SAFETY: AVX-512 (F) present, `p.len() == s.len()`.
     #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
     pub unsafe fn exp_sum(s: &[f32], shift: f32, p: &mut [f32]) -> f32 {
@@ -167,6 +148,84 @@ mod kernels {
         // AVX2 kernel's below the first level.
         let halves = _mm256_add_ps(_mm512_castps512_ps256(sum), _mm512_extractf32x8_ps::<1>(sum));
         sum_lanes8(halves)
+    }
+
+    /// See `cpu_columns::softmax_columns`: blocks of up to 4 registers of columns.
+    /// SAFETY: AVX-512 (F) present; `st` addresses `keys` rows of `ld` floats (row stride
+    /// `ld`, a multiple of 16), `m`, `l` and `alpha` `ld` floats each.
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    pub unsafe fn columns(st: *mut f32, ld: usize, keys: usize, (m, l, alpha): (*mut f32, *mut f32, *mut f32)) {
+        debug_assert_eq!(ld % LANES, 0, "whole registers of columns");
+        let mut j = 0;
+        while j < ld {
+            let regs = ((ld - j) / LANES).min(4);
+            // SAFETY: columns j..j + 16 regs lie inside every operand.
+            unsafe {
+                let at = (st.add(j), m.add(j), l.add(j), alpha.add(j));
+                match regs {
+                    4 => column_block::<4>(at, ld, keys),
+                    3 => column_block::<3>(at, ld, keys),
+                    2 => column_block::<2>(at, ld, keys),
+                    _ => column_block::<1>(at, ld, keys),
+                }
+            }
+            j += regs * LANES;
+        }
+    }
+
+    /// [`columns`] on `16 W` columns from `st`, `m`, `l` and `alpha` on.
+    /// SAFETY: as [`columns`], for `16 W` columns.
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    #[inline]
+    unsafe fn column_block<const W: usize>(
+        (st, m, l, alpha): (*mut f32, *mut f32, *mut f32, *mut f32),
+        ld: usize,
+        keys: usize,
+    ) {
+        let (zero, one, neg_inf) = (_mm512_setzero_ps(), _mm512_set1_ps(1.0), _mm512_set1_ps(f32::NEG_INFINITY));
+        // Column maxima in two chains (alternate keys), NaN skipped: `max_ps` returns its
+        // second operand when either is NaN.
+        let mut top = [[neg_inf; W]; 2];
+        for r in 0..keys {
+            for (h, top) in top[r % 2].iter_mut().enumerate() {
+                // SAFETY: row r, register h of the block.
+                *top = unsafe { _mm512_max_ps(_mm512_loadu_ps(st.add(r * ld + LANES * h)), *top) };
+            }
+        }
+        let (mut shift, mut scale) = ([zero; W], [one; W]);
+        for h in 0..W {
+            // SAFETY: register h of the block's statistics.
+            unsafe {
+                let old = _mm512_loadu_ps(m.add(LANES * h));
+                let new = _mm512_max_ps(_mm512_max_ps(top[0][h], top[1][h]), old);
+                // Columns whose keys so far are all masked: shift 0 (exp keeps -inf at 0
+                // and NaN), factor 1.
+                let hidden = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(new, neg_inf);
+                shift[h] = _mm512_mask_mov_ps(new, hidden, zero);
+                scale[h] = _mm512_mask_mov_ps(exp16(_mm512_sub_ps(old, new)), hidden, one);
+                _mm512_storeu_ps(m.add(LANES * h), new);
+                _mm512_storeu_ps(alpha.add(LANES * h), scale[h]);
+            }
+        }
+        let mut sum = [zero; W];
+        for r in 0..keys {
+            for h in 0..W {
+                // SAFETY: row r, register h of the block.
+                unsafe {
+                    let at = st.add(r * ld + LANES * h);
+                    let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(at), shift[h]));
+                    _mm512_storeu_ps(at, e);
+                    sum[h] = _mm512_add_ps(sum[h], e);
+                }
+            }
+        }
+        for h in 0..W {
+            // SAFETY: register h of the block's sums.
+            unsafe {
+                let at = l.add(LANES * h);
+                _mm512_storeu_ps(at, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(at), scale[h]), sum[h]));
+            }
+        }
     }
 
     /// `avx2::exp8_bounded` on 16 lanes: `exp(x)` for `x <= MAX_EXP_ARG`, `-inf` or NaN,
@@ -207,11 +266,11 @@ pub(super) unsafe fn product(
     unreachable!("the AVX-512 attention kernels run only where they were built")
 }
 
-/// Never called by builds without the AVX-512 kernels (`cpu_kernel` checks
+/// Never called by builds without the AVX-512 kernels (`cpu_columns` checks
 /// `runs_avx512_kernels`).
 #[cfg(target_arch = "x86_64")]
 #[rustversion::before(1.89)]
-pub(super) unsafe fn row_max(_: &[f32]) -> f32 {
+pub(super) unsafe fn columns(_: *mut f32, _: usize, _: usize, _: (*mut f32, *mut f32, *mut f32)) {
     unreachable!("the AVX-512 attention kernels run only where they were built")
 }
 

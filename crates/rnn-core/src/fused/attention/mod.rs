@@ -15,6 +15,7 @@
 mod compose;
 pub(crate) mod cpu;
 mod cpu_backward;
+mod cpu_columns;
 mod cpu_forward;
 mod cpu_kernel;
 mod cpu_kernel_avx512;

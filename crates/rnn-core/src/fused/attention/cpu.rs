@@ -1,9 +1,9 @@
-//! Attention on the CPU, FlashAttention-2 style: the forward (`cpu_forward.rs`) and the
-//! backward (`cpu_backward.rs`) walk `Br x Bc` tiles of scores, each computed with the `gemm`
-//! crate's runtime-dispatched AVX2 / AVX-512 kernels, and never hold more than one tile of
-//! scores per thread. This file turns the op's inputs into a [`Problem`] (contiguous q, k, v
-//! in the compute type, the masks) and holds what both passes share: the score tile and the
-//! tile products.
+//! Attention on the CPU, FlashAttention-2 style: the forward (`cpu_forward.rs`, its scores
+//! transposed) and the backward (`cpu_backward.rs`) walk `Br x Bc` tiles of scores, each
+//! computed with the tile kernels of `cpu_kernel.rs` (f32 on AVX2 / AVX-512) or the `gemm`
+//! crate (f64, other CPUs), and never hold more than one tile of scores per thread. This
+//! file turns the op's inputs into a [`Problem`] (contiguous q, k, v in the compute type,
+//! the masks) and holds what both passes share: the score tiles and the tile products.
 //!
 //! f32 and f64 are computed natively; f16 and bf16 in f32 (inputs converted once, O(N·D)),
 //! their results rounded once.

@@ -42,8 +42,9 @@ const BLOCKS: usize = 4;
 ///   +17% / +16% at N = 1024, every round of the wide tiles above every round of the narrow
 ///   ones; at N = 4096 wider tiles (256, 1024 keys) were no faster.
 ///
-/// (Both measured before the forward computed its scores transposed, with one row's
-/// statistics per register lane instead of per row.)
+/// (Both measured before the forward computed its scores transposed. Rechecked after it for
+/// the AVX2 kernel, on the Xeon with a build that ran its AVX2 tier, five alternating
+/// rounds: 128-key tiles below 2048 keys were no faster than 64.)
 const BC_WIDE: usize = 2 * BC;
 const WIDE_FROM_NK: usize = 2048;
 

@@ -140,10 +140,11 @@ fn group<C: Compute>(p: &Problem<C>, t: Task<C>, scratch: &mut Scratch<C>) {
     let Dims { heads, d, dv, .. } = p.dims;
     let rows = t.rows.len();
     // The queries' columns: padded to whole kernel blocks with zeros, whose scores no row
-    // reads. A piece starts a whole number of blocks into the task (blocks of BR rows,
-    // strips of a multiple of 16), so its padded columns end within these. The row stride
-    // is one cache line more: at a power of two (1 KiB for 256 rows) a product's rows of
-    // `Qᵀ` fall into a few cache sets and evict each other.
+    // reads. A piece starts a whole number of kernel blocks (16 rows) into the task (query
+    // blocks of BR rows, strips of 16), so its padded columns are the task's padding, never
+    // another piece's rows, and end within these. The row stride is one cache line more: at
+    // a power of two (1 KiB for 256 rows) a product's rows of `Qᵀ` fall into a few cache
+    // sets and evict each other.
     let (columns, qld) = (padded(rows), padded(rows) + QT_SKEW);
     transpose_tile(p.q.rows(t.bh, &t.rows), (rows, d), &mut scratch.qt, qld);
     scratch.m[..columns].fill(C::neg_infinity());
@@ -157,6 +158,7 @@ fn group<C: Compute>(p: &Problem<C>, t: Task<C>, scratch: &mut Scratch<C>) {
             let block = first..(first + BR).min(t.rows.end);
             for (rows, cols) in p.pieces(b, &block, &keys) {
                 let at = rows.start - t.rows.start;
+                debug_assert_eq!(at % padded(1), 0, "a piece's padded columns would overlap the next piece's rows");
                 let width = at..at + padded(rows.len());
                 let o = &mut t.o[at * dv..][..rows.len() * dv];
                 let (m, l, alpha) = (&mut scratch.m[width.clone()], &mut scratch.l[width.clone()], &mut scratch.alpha[width]);

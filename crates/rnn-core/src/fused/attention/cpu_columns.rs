@@ -31,27 +31,35 @@ pub(super) struct ColumnStats<'a, C> {
 /// Panics if `st` holds fewer than `keys` rows of `ld` or a statistic fewer than `ld` values.
 pub(super) fn softmax_columns<C: Compute>(st: &mut [C], ld: usize, keys: usize, stats: ColumnStats<C>) {
     let ColumnStats { m, l, alpha } = stats;
-    assert!(st.len() >= keys * ld, "column softmax: {keys} rows of {ld} in a tile of {}", st.len());
-    assert!(m.len() >= ld && l.len() >= ld && alpha.len() >= ld, "column softmax: statistics too short");
+    assert_fits((st.len(), ld, keys), [m.len(), l.len(), alpha.len()]);
     if let (Some(st32), Some(m32), Some(l32), Some(a32)) = (as_f32_mut(st), as_f32_mut(m), as_f32_mut(l), as_f32_mut(alpha)) {
         if cpu_kernel::available() && ld % cpu_kernel::NR == 0 {
             return columns_on(cpu_kernel::wide(), (st32, ld, keys), (m32, l32, a32));
         }
     }
-    let (m, l, alpha) = (&mut m[..ld], &mut l[..ld], &mut alpha[..ld]);
-    for c0 in (0..ld).step_by(LANES) {
-        let width = LANES.min(ld - c0);
-        let range = c0..c0 + width;
-        columns_portable(&mut st[c0..], ld, keys, (&mut m[range.clone()], &mut l[range.clone()], &mut alpha[range]));
-    }
+    columns_portable((st, ld, keys), (m, l, alpha));
+}
+
+/// Panics unless a tile of `len` values holds `keys` rows of `ld` and each statistic (of
+/// `stats` values) `ld`: what both paths of [`softmax_columns`] rely on.
+fn assert_fits((len, ld, keys): (usize, usize, usize), stats: [usize; 3]) {
+    assert!(len >= keys * ld, "column softmax: {keys} rows of {ld} in a tile of {len}");
+    assert!(stats.iter().all(|&n| n >= ld), "column softmax: statistics of {stats:?} for {ld} columns");
 }
 
 /// Columns per step of the portable path.
 const LANES: usize = 16;
 
-/// [`softmax_columns`] in plain loops on the first `m.len()` (at most [`LANES`]) columns
-/// of `st`.
-fn columns_portable<C: Compute>(st: &mut [C], ld: usize, keys: usize, (m, l, alpha): (&mut [C], &mut [C], &mut [C])) {
+/// [`softmax_columns`] in plain loops, [`LANES`] columns at a time.
+fn columns_portable<C: Compute>((st, ld, keys): (&mut [C], usize, usize), (m, l, alpha): (&mut [C], &mut [C], &mut [C])) {
+    for c0 in (0..ld).step_by(LANES) {
+        let r = c0..(c0 + LANES).min(ld);
+        portable_block(&mut st[c0..], ld, keys, (&mut m[r.clone()], &mut l[r.clone()], &mut alpha[r]));
+    }
+}
+
+/// [`columns_portable`] on the first `m.len()` (at most [`LANES`]) columns of `st`.
+fn portable_block<C: Compute>(st: &mut [C], ld: usize, keys: usize, (m, l, alpha): (&mut [C], &mut [C], &mut [C])) {
     let width = m.len();
     let rows = || (0..keys).map(|r| r * ld);
     let mut top = [C::neg_infinity(); LANES];
@@ -83,7 +91,7 @@ fn columns_portable<C: Compute>(st: &mut [C], ld: usize, keys: usize, (m, l, alp
 fn columns_on(wide: bool, (st, ld, keys): (&mut [f32], usize, usize), (m, l, alpha): (&mut [f32], &mut [f32], &mut [f32])) {
     cpu_kernel::assert_tier(wide, "column kernels need");
     assert!(ld % cpu_kernel::NR == 0, "column softmax: {ld} columns, not whole blocks of {}", cpu_kernel::NR);
-    assert!(st.len() >= keys * ld && m.len() >= ld && l.len() >= ld && alpha.len() >= ld, "column softmax out of bounds");
+    assert_fits((st.len(), ld, keys), [m.len(), l.len(), alpha.len()]);
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the CPU runs the tier (asserted); the tile holds `keys` rows of `ld` and each
     // statistic `ld` values (asserted), `ld` a multiple of 16.
@@ -248,10 +256,7 @@ mod tests {
                 let (want_p, want) = reference(&st, ld, keys, &[m.clone(), l.clone(), alpha.clone()], true);
                 match tier {
                     Some(wide) => columns_on(wide, (&mut st, ld, keys), (&mut m, &mut l, &mut alpha)),
-                    None => (0..ld).step_by(LANES).for_each(|c0| {
-                        let r = c0..(c0 + LANES).min(ld);
-                        columns_portable(&mut st[c0..], ld, keys, (&mut m[r.clone()], &mut l[r.clone()], &mut alpha[r]))
-                    }),
+                    None => columns_portable((&mut st, ld, keys), (&mut m, &mut l, &mut alpha)),
                 }
                 let what = format!("{keys} x {ld}, first {first}, tier {tier:?}");
                 for (i, (&g, &w)) in st.iter().zip(&want_p).enumerate() {

@@ -145,7 +145,8 @@ fn group<C: Compute>(p: &Problem<C>, t: Task<C>, scratch: &mut Scratch<C>) {
     // another piece's rows, and end within these. The row stride is one cache line more: at
     // a power of two (1 KiB for 256 rows) a product's rows of `Qᵀ` fall into a few cache
     // sets and evict each other.
-    let (columns, qld) = (padded(rows), padded(rows) + QT_SKEW);
+    let columns = padded(rows);
+    let qld = columns + QT_SKEW;
     transpose_tile(p.q.rows(t.bh, &t.rows), (rows, d), &mut scratch.qt, qld);
     scratch.m[..columns].fill(C::neg_infinity());
     scratch.l[..columns].fill(C::zero());

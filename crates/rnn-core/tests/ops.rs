@@ -967,9 +967,18 @@ fn gather_scatter(device: Device) -> Result<()> {
     let ids_rows = Tensor::from_vec(vec![2u8, 2, 2, 0], (2, 2), device)?;
     let src2 = tensor(&[1., 2., 3., 4.], &[2, 2], widest_float(device), device);
     check_close("scatter_add(0)", &z.scatter_add(&ids_rows, &src2, 0)?, &[3, 2], &[0., 4., 0., 0., 4., 2.], 0.0);
+    // Ids repeated along the other dims, as the gradient of index_select broadcasts them
+    // (the CPU reads only the repeated vector): the sums of the same ids written out.
+    let cube = arange24(device)?; // [2, 3, 4]
+    let picks = Tensor::from_vec(vec![2u32, 0, 2, 2, 1], (1, 5, 1), device)?.broadcast_as((2, 5, 4))?;
+    let src = Tensor::arange(0f32, 40.0, device)?.reshape((2, 5, 4))?.mul_scalar(0.5)?;
+    let want = values(&cube.scatter_add(&picks.contiguous()?, &src, 1)?);
+    check_close("scatter_add(1), repeated ids", &cube.scatter_add(&picks, &src, 1)?, &[2, 3, 4], &want, 0.0);
+    let bad = Tensor::from_vec(vec![0u32, 3, 1, 1, 0], (1, 5, 1), device)?.broadcast_as((2, 5, 4))?;
     // A bad id: an error from the op on the CPU, at the next sync point (the read) on a GPU.
     let read = |r: Result<Tensor>| r?.to_device(Device::Cpu);
     assert!(read(x.gather(&Tensor::from_vec(vec![4u32; 6], (3, 2), device)?, 1)).is_err(), "index 4 of size 4");
+    assert!(read(cube.scatter_add(&bad, &src, 1)).is_err(), "repeated ids: index 3 of size 3");
     assert!(x.gather(&Tensor::from_vec(vec![0u32; 4], (2, 2), device)?, 1).is_err(), "ids of another shape");
     assert!(x.scatter_add(&ids, &src.t()?, 1).is_err(), "src shape differs from ids");
     Ok(())

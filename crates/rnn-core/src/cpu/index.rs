@@ -1,6 +1,7 @@
 //! index_select, gather and scatter_add. Indices may be u8, u32 or i64; every index is
 //! range-checked before any element moves, so a bad index is an error, never a crash.
 
+use super::simd::zip_assign;
 use super::strided::StridedIndex;
 use super::unary::contiguous_slice;
 use super::CpuStorage;
@@ -78,6 +79,33 @@ fn scatter_add_typed<T: Elem>(
     }
 }
 
+/// `scatter_add_typed` for indices that depend only on the position along the scattered
+/// dim (`ids` holds those `m`): whole runs of `inner` elements added at once, in the same
+/// order per element as `scatter_add_typed`, so the sums are the same.
+fn scatter_runs_typed<T: Elem>(
+    dst: &mut [T],
+    size: usize,
+    ids: &[usize],
+    src: &[T],
+    (outer, m, inner): (usize, usize, usize),
+) {
+    for o in 0..outer {
+        for (j, &i) in ids.iter().enumerate() {
+            let run = &mut dst[(o * size + i) * inner..][..inner];
+            zip_assign(run, &src[(o * m + j) * inner..][..inner], &|d: T, s: T| d.add(s));
+        }
+    }
+}
+
+/// When the index layout `l` repeats one vector along `dim` (every other dim of stride 0
+/// or size 1, as the gradient of `index_select` broadcasts its ids), that vector's layout:
+/// then `m` indices are read and checked, not one per element.
+fn repeated_along(l: &Layout, dim: usize) -> Option<Layout> {
+    let (dims, strides) = (l.dims(), l.strides());
+    let repeats = (0..dims.len()).all(|d| d == dim || strides[d] == 0 || dims[d] == 1);
+    repeats.then(|| Layout::new(Shape::from(vec![dims[dim]]), vec![strides[dim]], l.start_offset()))
+}
+
 impl CpuStorage {
     /// Picks the slices `ids` (a 1-D tensor) along `dim`.
     pub fn index_select(&self, l: &Layout, ids: &CpuStorage, il: &Layout, dim: usize) -> Result<CpuStorage> {
@@ -105,14 +133,20 @@ impl CpuStorage {
         dim: usize,
     ) -> Result<CpuStorage> {
         let size = l.dims()[dim];
-        let ids = checked_ids("scatter_add", ids, il, size, l.shape())?;
+        let runs = repeated_along(il, dim);
+        let ids = checked_ids("scatter_add", ids, runs.as_ref().unwrap_or(il), size, l.shape())?;
         let sizes = split_at(il.dims(), dim);
         macro_rules! arm {
             ($($v:ident),*) => {
                 match (self, src) {
                     $((CpuStorage::$v(d), CpuStorage::$v(s)) => {
                         let mut out = contiguous_slice(d, l)?.into_owned();
-                        scatter_add_typed(&mut out, size, &ids, &contiguous_slice(s, sl)?, sizes);
+                        let src = contiguous_slice(s, sl)?;
+                        if runs.is_some() {
+                            scatter_runs_typed(&mut out, size, &ids, &src, sizes);
+                        } else {
+                            scatter_add_typed(&mut out, size, &ids, &src, sizes);
+                        }
                         CpuStorage::$v(out)
                     })*
                     (a, b) => return Err(Error::DTypeMismatch { op: "scatter_add", lhs: a.dtype(), rhs: b.dtype() }),

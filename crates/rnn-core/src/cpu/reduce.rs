@@ -4,6 +4,7 @@
 use rayon::prelude::*;
 
 use super::parallel::{par_fill, PAR_WORK};
+use super::simd::zip_assign;
 use super::CpuStorage;
 use crate::op_table::ReduceOp;
 use crate::{Layout, Result, WithDType};
@@ -145,6 +146,9 @@ fn reduce3<T: Copy + Sync, R: Reducer<T>>(
         }
         return Ok(out);
     }
+    if outer == 1 && inner > 1 && r >= inner.max(2 * rayon::current_num_threads()) && r * inner >= PAR_WORK / 8 {
+        return Ok(columns_by_row_parts(x, r, inner, red));
+    }
     par_fill(&mut out, r, |chunk, first| {
         if inner == 1 {
             for (k, o) in chunk.iter_mut().enumerate() {
@@ -171,6 +175,26 @@ fn reduce3<T: Copy + Sync, R: Reducer<T>>(
         }
     });
     Ok(out)
+}
+
+/// Reduces the `r` rows of `x` (`[r, inner]`, contiguous) to one row: each thread folds a
+/// consecutive part of the rows into its own accumulators, and the parts are merged in
+/// order. For few outputs over many rows (a bias gradient: `[tokens, n]` summed over the
+/// tokens), which the split over outputs below ran on one thread: in a GPT step on 2
+/// cores, a 2048 x 512 bias gradient took 410 us that way and 230 us split by rows.
+fn columns_by_row_parts<T: Copy + Sync, R: Reducer<T>>(x: &[T], r: usize, inner: usize, red: &R) -> Vec<R::Out> {
+    let step = r.div_ceil(rayon::current_num_threads());
+    let part = |p: usize| {
+        let mut acc = vec![red.init(); inner];
+        for j in p * step..((p + 1) * step).min(r) {
+            // `zip_assign`: compiled for this CPU's vector width, as a plain loop is not.
+            zip_assign(&mut acc, &x[j * inner..(j + 1) * inner], &|a, v| red.step(a, v, j as u32));
+        }
+        acc
+    };
+    let parts: Vec<Vec<R::Acc>> = (0..r.div_ceil(step)).into_par_iter().map(part).collect();
+    let merged = parts.into_iter().reduce(|a, b| a.into_iter().zip(b).map(|(a, b)| red.merge(a, b)).collect());
+    merged.unwrap_or_else(|| vec![red.init(); inner]).into_iter().map(|a| red.finish(a)).collect()
 }
 
 fn fold<T: Copy, R: Reducer<T>>(xs: &[T], first: u32, red: &R) -> R::Acc {
@@ -239,4 +263,36 @@ fn reduce_typed<T: WithDType + Default + bytemuck::Zeroable>(
         ReduceOp::ArgMax => indices(reduce3(x, outer, r, inner, &Extreme::<true, true>)?),
         ReduceOp::ArgMin => indices(reduce3(x, outer, r, inner, &Extreme::<false, true>)?),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{reduce3, Extreme, Sum};
+
+    /// Columns split by rows over two threads reduce as one pass over each column does:
+    /// sums exactly (the values are exact in binary), the max and its first position, NaN
+    /// winning, including a max repeated in both parts.
+    #[test]
+    fn row_parts_match_one_pass() {
+        let (r, inner) = (4099, 64);
+        let mut x: Vec<f32> = (0..r * inner).map(|i| (i * 7919 % 1000) as f32 / 4.0 - 125.0).collect();
+        x[10 * inner + 3] = 500.0;
+        x[(r - 5) * inner + 3] = 500.0;
+        x[(r - 2) * inner + 5] = f32::NAN;
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| {
+                let sums = reduce3(&x, 1, r, inner, &Sum).unwrap();
+                let best = reduce3(&x, 1, r, inner, &Extreme::<true, true>).unwrap();
+                let bits: Vec<(u32, u32)> = best.into_iter().map(|(v, j)| (v.to_bits(), j)).collect();
+                (sums.iter().map(|s: &f32| s.to_bits()).collect::<Vec<_>>(), bits)
+            })
+        };
+        let (one, two) = (run(1), run(2));
+        assert_eq!(one, two);
+        assert_eq!(two.1[3], (500f32.to_bits(), 10));
+        assert!(f32::from_bits(two.1[5].0).is_nan() && two.1[5].1 == (r - 2) as u32);
+        let col0: f64 = (0..r).map(|j| f64::from(x[j * inner])).sum();
+        assert_eq!(f32::from_bits(two.0[0]), col0 as f32);
+    }
 }

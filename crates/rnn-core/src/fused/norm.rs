@@ -1,10 +1,11 @@
 //! Fused LayerNorm and RMSNorm over the last dim (`Tensor::layer_norm`, `Tensor::rms_norm`,
 //! like PyTorch's `F.layer_norm(x, (n,), w, b, eps)` and `F.rms_norm(x, (n,), w, eps)`).
 //!
-//! The forward reads each row once into its statistics and once more to write the output,
-//! and saves the per-row mean (LayerNorm) and `rstd = 1 / sqrt(var + eps)` (f32, f64 for f64
-//! inputs). The backward (`NormBackward`) computes `dx` of a row from two sums over it:
-//! with `gw = g * w` and `xhat = (x - mean) * rstd`,
+//! The forward reads each row twice into its statistics and once more to write the
+//! output (normalized, scaled and shifted in that one pass), and saves the per-row mean
+//! (LayerNorm) and `rstd = 1 / sqrt(var + eps)` (f32, f64 for f64 inputs). The backward
+//! (`NormBackward`) computes `dx` of a row from two sums over it, with `gw = g * w` and
+//! `xhat = (x - mean) * rstd`:
 //! `dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))` (RMSNorm: no `mean(gw)` term,
 //! `mean = 0`), and the parameter gradients `dw = sum_rows(g * xhat)`, `db = sum_rows(g)`.
 //! On the CPU each thread's chunk of rows sums its own partial `dw` / `db`, added after; on
@@ -16,11 +17,16 @@ use super::attention::stat_dtype;
 use super::rows::{compute_slice, float_only, map_row_chunks, store, Compute};
 use super::{FusedKernels, FusedOp};
 use crate::autocast::AutocastOp;
-use crate::cpu::simd::fold_lanes;
+use crate::cpu::simd::{fold3_pairs, fold_lanes, map_slice, zip3_slice, zip_slice};
 use crate::cpu::CpuStorage;
 use crate::gpu::plan::{KernelSource, Program};
 use crate::gpu::target::Target;
 use crate::{DType, Error, Layout, Result, Shape, Tensor};
+
+/// Work units (see `PAR_WORK`) per element of a row, forward or backward: three passes
+/// with a multiply-add or two each. At the 4-6 units first written, a GPT step's
+/// 2048 x 128 LayerNorms ran on one thread and were among its slowest passes.
+const ROW_WORK: usize = 16;
 
 /// LayerNorm (or RMSNorm when `rms`) over the last dim. Inputs: x, then the weight when
 /// `weight`, then the bias when `bias` (both `[n]`, x's dtype). Saved: the mean (LayerNorm
@@ -72,15 +78,14 @@ impl Norm {
         let mut next = || params.next().map(|(s, l)| compute_slice::<F>(s, l)).transpose();
         let w = if self.weight { next()? } else { None };
         let b = if self.bias { next()? } else { None };
-        let mut y = crate::cpu::parallel::zeroed_vec::<F>(rows * n)?;
+        let mut y = crate::cpu::parallel::output_vec::<F>(rows * n)?;
         let mut stats = crate::cpu::parallel::zeroed_vec::<F>(rows * 2)?;
         let (rms, eps) = (self.rms, F::c(self.eps));
-        map_row_chunks(rows, (&mut y, n), (&mut stats, 2), n * 4, |first, y, stats| {
+        map_row_chunks(rows, (&mut y, n), (&mut stats, 2), n * ROW_WORK, |first, y, stats| {
             for (r, st) in stats.chunks_mut(2).enumerate() {
                 let row = (first + r) * n..(first + r + 1) * n;
                 let out = &mut y[r * n..(r + 1) * n];
-                let (mean, rstd) = norm_row(rms, eps, &x[row], out);
-                scale_shift(out, w.as_deref(), b.as_deref());
+                let (mean, rstd) = norm_row(rms, eps, &x[row], (w.as_deref(), b.as_deref()), out);
                 st.copy_from_slice(&[mean, rstd]);
             }
         });
@@ -93,27 +98,24 @@ impl Norm {
     }
 }
 
-/// Normalizes one row into `out`; returns its mean (0 for RMSNorm) and rstd. Two passes
-/// over the row (mean, then the centered squares) keep the variance exact for rows with a
-/// large mean, as PyTorch's kernels do.
-fn norm_row<F: Compute>(rms: bool, eps: F, x: &[F], out: &mut [F]) -> (F, F) {
+/// Normalizes one row into `out`, scaled by `w` and shifted by `b` when given; returns
+/// its mean (0 for RMSNorm) and rstd. Two passes over the row (mean, then the centered
+/// squares) keep the variance exact for rows with a large mean, as PyTorch's kernels do;
+/// a third writes the output.
+fn norm_row<F: Compute>(rms: bool, eps: F, x: &[F], (w, b): (Option<&[F]>, Option<&[F]>), out: &mut [F]) -> (F, F) {
     let n = F::c(x.len() as f64);
     let add = |a: F, b: F| a + b;
     let mean = if rms { F::c(0.0) } else { fold_lanes(x, F::c(0.0), |v| v, add) / n };
     let var = fold_lanes(x, F::c(0.0), |v| (v - mean) * (v - mean), add) / n;
     let rstd = F::c(1.0) / (var + eps).sqrt();
-    out.iter_mut().zip(x).for_each(|(o, &v)| *o = (v - mean) * rstd);
+    let xhat = move |v: F| (v - mean) * rstd;
+    match (w, b) {
+        (Some(w), Some(b)) => zip3_slice(x, w, b, out, &|v, w, b| xhat(v) * w + b),
+        (Some(w), None) => zip_slice(x, w, out, &|v, w| xhat(v) * w),
+        (None, Some(b)) => zip_slice(x, b, out, &|v, b| xhat(v) + b),
+        (None, None) => map_slice(x, out, &xhat),
+    }
     (mean, rstd)
-}
-
-/// `out * w + b`, elementwise over a row.
-fn scale_shift<F: Compute>(out: &mut [F], w: Option<&[F]>, b: Option<&[F]>) {
-    if let Some(w) = w {
-        out.iter_mut().zip(w).for_each(|(o, &w)| *o = *o * w);
-    }
-    if let Some(b) = b {
-        out.iter_mut().zip(b).for_each(|(o, &b)| *o = *o + b);
-    }
 }
 
 impl FusedOp for Norm {
@@ -188,11 +190,11 @@ impl NormBackward {
         let mean = if self.fwd.rms { None } else { Some(read(2)?) };
         let rstd = read(1 + k)?;
         let w = if self.fwd.weight { Some(read(2 + k)?) } else { None };
-        let mut dx = crate::cpu::parallel::zeroed_vec::<F>(rows * n)?;
+        let mut dx = crate::cpu::parallel::output_vec::<F>(rows * n)?;
         let mut row_marks = vec![0u8; rows]; // one per row: splits the rows with dx
         let params = self.fwd.weight || self.fwd.bias;
         let rms = self.fwd.rms;
-        let partials = map_row_chunks(rows, (&mut dx, n), (&mut row_marks, 1), n * 6, |first, dx, chunk_rows| {
+        let partials = map_row_chunks(rows, (&mut dx, n), (&mut row_marks, 1), n * ROW_WORK, |first, dx, chunk_rows| {
             let mut sums = Sums::new(if params { n } else { 0 });
             for r in 0..chunk_rows.len() {
                 let dx = &mut dx[r * n..(r + 1) * n];
@@ -216,22 +218,25 @@ impl NormBackward {
     }
 }
 
-/// `dx` of one row from its statistics (see the module doc).
+/// `dx` of one row from its statistics (see the module doc): one pass for the two sums,
+/// one to write `dx`. The sums run in `LANES` independent accumulators (`fold3_pairs`): a
+/// single running sum is a chain of dependent adds, which made this the slowest pass of a
+/// GPT step's LayerNorm backward.
 fn backward_row<F: Compute>(rms: bool, (mean, rstd): (F, F), x: &[F], g: &[F], w: Option<&[F]>, dx: &mut [F]) {
     let n = F::c(x.len() as f64);
-    // dx holds gw first, then is overwritten with the gradient.
-    match w {
-        Some(w) => dx.iter_mut().zip(g.iter().zip(w)).for_each(|(d, (&g, &w))| *d = g * w),
-        None => dx.copy_from_slice(g),
-    }
-    let (mut sum_gw, mut sum_gw_xhat) = (F::c(0.0), F::c(0.0));
-    for (&gw, &v) in dx.iter().zip(x) {
-        sum_gw = sum_gw + gw;
-        sum_gw_xhat = sum_gw_xhat + gw * ((v - mean) * rstd);
-    }
+    // Without a weight, `gw = g`: `g` stands in for the weight slice and is ignored.
+    let (w, scaled) = match w {
+        Some(w) => (w, true),
+        None => (g, false),
+    };
+    let gw = move |g: F, w: F| if scaled { g * w } else { g };
+    let (sum_gw, sum_gw_xhat) = fold3_pairs(g, w, x, F::c(0.0), &|g, w, v| {
+        let gw = gw(g, w);
+        (gw, gw * ((v - mean) * rstd))
+    });
     let shift = if rms { F::c(0.0) } else { sum_gw / n };
     let slope = sum_gw_xhat / n;
-    dx.iter_mut().zip(x).for_each(|(d, &v)| *d = rstd * (*d - shift - (v - mean) * rstd * slope));
+    zip3_slice(g, w, x, dx, &|g, w, v| rstd * (gw(g, w) - shift - (v - mean) * rstd * slope));
 }
 
 /// Partial sums of `dw = sum_rows(g * xhat)` and `db = sum_rows(g)` over a chunk of rows.

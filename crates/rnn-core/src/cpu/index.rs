@@ -60,39 +60,29 @@ fn gather_typed<T: Copy + Default>(
     out
 }
 
-/// `dst[o, ids[o, j, k], k] += src[o, j, k]`.
+/// `dst[o, ids[o, j, k], k] += src[o, j, k]`. With `runs`, `ids` holds only the `m` ids
+/// along the dim (the same for every `o` and `k`, see `repeated_along`), and whole runs of
+/// `inner` elements are added at once: the same additions in the same order per element.
 fn scatter_add_typed<T: Elem>(
     dst: &mut [T],
     size: usize,
     ids: &[usize],
     src: &[T],
     (outer, m, inner): (usize, usize, usize),
+    runs: bool,
 ) {
     for o in 0..outer {
         for j in 0..m {
-            for k in 0..inner {
-                let s = (o * m + j) * inner + k;
-                let d = &mut dst[(o * size + ids[s]) * inner + k];
-                *d = d.add(src[s]);
+            let s = (o * m + j) * inner;
+            if runs {
+                let run = &mut dst[(o * size + ids[j]) * inner..][..inner];
+                zip_assign(run, &src[s..s + inner], &|d: T, v: T| d.add(v));
+                continue;
             }
-        }
-    }
-}
-
-/// `scatter_add_typed` for indices that depend only on the position along the scattered
-/// dim (`ids` holds those `m`): whole runs of `inner` elements added at once, in the same
-/// order per element as `scatter_add_typed`, so the sums are the same.
-fn scatter_runs_typed<T: Elem>(
-    dst: &mut [T],
-    size: usize,
-    ids: &[usize],
-    src: &[T],
-    (outer, m, inner): (usize, usize, usize),
-) {
-    for o in 0..outer {
-        for (j, &i) in ids.iter().enumerate() {
-            let run = &mut dst[(o * size + i) * inner..][..inner];
-            zip_assign(run, &src[(o * m + j) * inner..][..inner], &|d: T, s: T| d.add(s));
+            for k in 0..inner {
+                let d = &mut dst[(o * size + ids[s + k]) * inner + k];
+                *d = d.add(src[s + k]);
+            }
         }
     }
 }
@@ -141,12 +131,7 @@ impl CpuStorage {
                 match (self, src) {
                     $((CpuStorage::$v(d), CpuStorage::$v(s)) => {
                         let mut out = contiguous_slice(d, l)?.into_owned();
-                        let src = contiguous_slice(s, sl)?;
-                        if runs.is_some() {
-                            scatter_runs_typed(&mut out, size, &ids, &src, sizes);
-                        } else {
-                            scatter_add_typed(&mut out, size, &ids, &src, sizes);
-                        }
+                        scatter_add_typed(&mut out, size, &ids, &contiguous_slice(s, sl)?, sizes, runs.is_some());
                         CpuStorage::$v(out)
                     })*
                     (a, b) => return Err(Error::DTypeMismatch { op: "scatter_add", lhs: a.dtype(), rhs: b.dtype() }),

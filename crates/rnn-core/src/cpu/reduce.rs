@@ -1,6 +1,8 @@
 //! Reductions over any set of dims. The input is seen as `[outer, r, inner]` with the
 //! reduced dims merged into `r` (copying first when they are not one contiguous block).
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::parallel::{par_fill, PAR_WORK};
@@ -162,12 +164,7 @@ fn reduce3<T: Copy + Sync, R: Reducer<T>>(
             let (o, i0) = ((first + k) / inner, (first + k) % inner);
             let len = (inner - i0).min(chunk.len() - k);
             let mut acc = vec![red.init(); len];
-            for j in 0..r {
-                let row = &x[(o * r + j) * inner + i0..][..len];
-                for (a, &v) in acc.iter_mut().zip(row) {
-                    *a = red.step(*a, v, j as u32);
-                }
-            }
+            fold_rows(&mut acc, &x[o * r * inner + i0..], 0..r, inner, red);
             for (dst, a) in chunk[k..k + len].iter_mut().zip(acc) {
                 *dst = red.finish(a);
             }
@@ -186,15 +183,21 @@ fn columns_by_row_parts<T: Copy + Sync, R: Reducer<T>>(x: &[T], r: usize, inner:
     let step = r.div_ceil(rayon::current_num_threads());
     let part = |p: usize| {
         let mut acc = vec![red.init(); inner];
-        for j in p * step..((p + 1) * step).min(r) {
-            // `zip_assign`: compiled for this CPU's vector width, as a plain loop is not.
-            zip_assign(&mut acc, &x[j * inner..(j + 1) * inner], &|a, v| red.step(a, v, j as u32));
-        }
+        fold_rows(&mut acc, x, p * step..((p + 1) * step).min(r), inner, red);
         acc
     };
     let parts: Vec<Vec<R::Acc>> = (0..r.div_ceil(step)).into_par_iter().map(part).collect();
     let merged = parts.into_iter().reduce(|a, b| a.into_iter().zip(b).map(|(a, b)| red.merge(a, b)).collect());
     merged.unwrap_or_else(|| vec![red.init(); inner]).into_iter().map(|a| red.finish(a)).collect()
+}
+
+/// Folds rows `rows` of `x` (row `j` starts at `j * stride`) into `acc`, one accumulator
+/// per column, through `zip_assign`: compiled for this CPU's vector width, as a plain loop
+/// is not.
+fn fold_rows<T: Copy, R: Reducer<T>>(acc: &mut [R::Acc], x: &[T], rows: Range<usize>, stride: usize, red: &R) {
+    for j in rows {
+        zip_assign(acc, &x[j * stride..][..acc.len()], &|a, v| red.step(a, v, j as u32));
+    }
 }
 
 fn fold<T: Copy, R: Reducer<T>>(xs: &[T], first: u32, red: &R) -> R::Acc {

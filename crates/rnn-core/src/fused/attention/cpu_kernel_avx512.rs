@@ -26,10 +26,18 @@ mod kernels {
     /// Floats per register.
     const LANES: usize = 16;
 
-    /// Rows of the result per block: 8 rows x 2 registers = 16 accumulators, with 2
-    /// registers for the right operand's row and 1 for the broadcast, of the 32. (Strips
-    /// of 4 registers x 6 rows, with fewer loads per multiply-add, ran no faster: 168-171
-    /// GFLOP/s on one core of a Xeon for both, on the 64 x 64 x 64 tiles.)
+    /// Rows of the result per block of 4 registers of columns: 6 rows x 4 registers = 24
+    /// accumulators, with 4 registers for the right operand's row and 1 for the broadcast,
+    /// of the 32. Each broadcast then feeds 4 multiply-adds (2 in the 8 x 2 blocks below),
+    /// and each row of `b` is loaded once per 6 rows of the result. Measured on one core,
+    /// the two block shapes alternating in one process, 64 x 64 x 64 tiles (the head
+    /// dimension's products): 168-171 GFLOP/s for both on a Xeon of family 6 model 207; on
+    /// a model 106 (Ice Lake, 1.25 MiB L2) 157-168 against 133-141, and at the forward's
+    /// tiles of 128 keys (`128 x 64 x 64`, `64 x 64 x 128`) 118-162 against 105-132.
+    const MR_WIDE: usize = 6;
+
+    /// Rows per block of 2 registers (8 x 2 = 16 accumulators) or of 1, where fewer than
+    /// 64 columns are left.
     const MR: usize = 8;
 
     /// See `cpu_kernel::product`. SAFETY: AVX-512 (F) present; `a` covers `m x k`, `b` (row
@@ -45,32 +53,33 @@ mod kernels {
         debug_assert_eq!(NR, LANES, "blocks of whole registers");
         let mut j = 0;
         while j < n {
-            // Two registers of columns, or one for the last 16 of an odd number of 16s.
-            let regs = if n - j >= 2 * LANES { 2 } else { 1 };
+            // Four registers of columns while 64 are left, then two, then one for the last
+            // 16 of an odd number of 16s.
+            let regs = match n - j {
+                left if left >= 4 * LANES => 4,
+                left if left >= 2 * LANES => 2,
+                _ => 1,
+            };
+            let mr = if regs == 4 { MR_WIDE } else { MR };
             let mut i = 0;
             while i < m {
-                let rows = (m - i).min(MR);
+                let rows = (m - i).min(mr);
                 // SAFETY: rows i..i + rows and columns j..j + 16 * regs lie inside the operands.
                 unsafe {
                     let a = Operand { ptr: a.ptr.add(i * a.rs), ..a };
                     let (b, c, e) = ((b.add(j), ldb), (c.add(i * ldc + j), ldc), epilogue);
                     macro_rules! by_rows {
-                        ($w:literal) => {
+                        ($w:literal; $($r:literal)*) => {
                             match rows {
-                                8 => block::<8, $w>(k, a, b, c, e),
-                                7 => block::<7, $w>(k, a, b, c, e),
-                                6 => block::<6, $w>(k, a, b, c, e),
-                                5 => block::<5, $w>(k, a, b, c, e),
-                                4 => block::<4, $w>(k, a, b, c, e),
-                                3 => block::<3, $w>(k, a, b, c, e),
-                                2 => block::<2, $w>(k, a, b, c, e),
+                                $($r => block::<$r, $w>(k, a, b, c, e),)*
                                 _ => block::<1, $w>(k, a, b, c, e),
                             }
                         };
                     }
                     match regs {
-                        2 => by_rows!(2),
-                        _ => by_rows!(1),
+                        4 => by_rows!(4; 6 5 4 3 2),
+                        2 => by_rows!(2; 8 7 6 5 4 3 2),
+                        _ => by_rows!(1; 8 7 6 5 4 3 2),
                     }
                 }
                 i += rows;

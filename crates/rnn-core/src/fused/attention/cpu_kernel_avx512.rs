@@ -29,11 +29,12 @@ mod kernels {
     /// Rows of the result per block of 4 registers of columns: 6 rows x 4 registers = 24
     /// accumulators, with 4 registers for the right operand's row and 1 for the broadcast,
     /// of the 32. Each broadcast then feeds 4 multiply-adds (2 in the 8 x 2 blocks below),
-    /// and each row of `b` is loaded once per 6 rows of the result. Measured on one core,
-    /// the two block shapes alternating in one process, 64 x 64 x 64 tiles (the head
-    /// dimension's products): 168-171 GFLOP/s for both on a Xeon of family 6 model 207; on
-    /// a model 106 (Ice Lake, 1.25 MiB L2) 157-168 against 133-141, and at the forward's
-    /// tiles of 128 keys (`128 x 64 x 64`, `64 x 64 x 128`) 118-162 against 105-132.
+    /// and each row of `b` is loaded once per 6 rows of the result. Measured on one core at
+    /// 64 x 64 x 64 tiles (the head dimension's products): on a Xeon of family 6 model 207
+    /// both shapes ran 168-171 GFLOP/s (an earlier measure); on a model 106 (Ice Lake,
+    /// 1.25 MiB L2), the two alternating in one process, 157-168 against the 8 x 2 blocks'
+    /// 133-141, and at the forward's tiles of 128 keys (`128 x 64 x 64`, `64 x 64 x 128`)
+    /// 118-162 against 105-132.
     const MR_WIDE: usize = 6;
 
     /// Rows per block of 2 registers (8 x 2 = 16 accumulators) or of 1, where fewer than

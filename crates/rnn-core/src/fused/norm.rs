@@ -1,8 +1,9 @@
 //! Fused LayerNorm and RMSNorm over the last dim (`Tensor::layer_norm`, `Tensor::rms_norm`,
 //! like PyTorch's `F.layer_norm(x, (n,), w, b, eps)` and `F.rms_norm(x, (n,), w, eps)`).
 //!
-//! The forward reads each row twice into its statistics and once more to write the
-//! output (normalized, scaled and shifted in that one pass), and saves the per-row mean
+//! The forward reads each row into its statistics (LayerNorm twice: the mean, then the
+//! centered squares; RMSNorm once) and once more to write the output (normalized, scaled
+//! and shifted in that one pass), and saves the per-row mean
 //! (LayerNorm) and `rstd = 1 / sqrt(var + eps)` (f32, f64 for f64 inputs). The backward
 //! (`NormBackward`) computes `dx` of a row from two sums over it, with `gw = g * w` and
 //! `xhat = (x - mean) * rstd`:
@@ -100,8 +101,8 @@ impl Norm {
 
 /// Normalizes one row into `out`, scaled by `w` and shifted by `b` when given; returns
 /// its mean (0 for RMSNorm) and rstd. Two passes over the row (mean, then the centered
-/// squares) keep the variance exact for rows with a large mean, as PyTorch's kernels do;
-/// a third writes the output.
+/// squares; RMSNorm needs only the second) keep the variance exact for rows with a large
+/// mean, as PyTorch's kernels do; one more writes the output.
 fn norm_row<F: Compute>(rms: bool, eps: F, x: &[F], (w, b): (Option<&[F]>, Option<&[F]>), out: &mut [F]) -> (F, F) {
     let n = F::c(x.len() as f64);
     let add = |a: F, b: F| a + b;

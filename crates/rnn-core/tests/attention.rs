@@ -373,6 +373,39 @@ fn broadcast_output_gradient(device: Device) -> Result<()> {
 }
 test_device!(broadcast_output_gradient_test, broadcast_output_gradient);
 
+/// Results do not depend on what freed buffers held. The CPU hands an op that writes all
+/// of an output a reused buffer as it is (no zeroing pass), and the attention's output and
+/// its dq, dk and dv are such outputs: each task zeroes the rows it owns. With freed
+/// buffers full of NaN in every size the calls ask for, a second run equals the first.
+fn reused_buffers(device: Device) -> Result<()> {
+    let dtype = widest_float(device);
+    let (b, h, nq, nk, d) = (2, 3, 70, 150, 16);
+    let t = |seed, n: usize| -> Result<Tensor> {
+        Tensor::from_vec(rand_vec(seed, b * h * n * d, -1.0, 1.0), [b, h, n, d], CPU)?
+            .to_dtype(dtype)?
+            .to_device(device)
+    };
+    let (q, k, v) = (t(31, nq)?.requires_grad(), t(32, nk)?.requires_grad(), t(33, nk)?.requires_grad());
+    for mask in [AttentionMask::none(), AttentionMask::causal()] {
+        let run = || -> Result<Vec<Vec<f64>>> {
+            let o = scaled_dot_product_attention(&q, &k, &v, &mask, None)?;
+            let grads = o.sum_all()?.backward()?;
+            let mut out = vec![values(&o)];
+            out.extend([&q, &k, &v].map(|x| values(grads.get(x).expect("a gradient"))));
+            Ok(out)
+        };
+        let first = run()?;
+        assert!(first.iter().flatten().all(|x| x.is_finite()), "{dtype} on {device}: finite results");
+        let sizes = [[b, h, nq, d], [b, h, nk, d], [b, h, nq, 1]];
+        let dirty =
+            (0..4).flat_map(|_| sizes.map(|s| Tensor::full(f64::NAN, s, dtype, device))).collect::<Result<Vec<_>>>()?;
+        drop(dirty);
+        assert_eq!(run()?, first, "{dtype} on {device}: the run after NaN buffers were freed");
+    }
+    Ok(())
+}
+test_device!(reused_buffers_test, reused_buffers);
+
 /// Empty batch, heads or sequences give empty (or zero) results and gradients, no error.
 fn empty(device: Device) -> Result<()> {
     let dtype = widest_float(device);

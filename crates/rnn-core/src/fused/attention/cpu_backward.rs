@@ -21,7 +21,7 @@ use super::cpu::{
     Mat, Problem, BC, BR,
 };
 use super::{AttentionBackward, Dims};
-use crate::cpu::parallel::zeroed_vec;
+use crate::cpu::parallel::{output_vec, zeroed_vec};
 use crate::cpu::simd::zip_slice;
 use crate::cpu::CpuStorage;
 use crate::{Layout, Result};
@@ -97,14 +97,17 @@ pub(super) fn run<C: Compute>(op: &AttentionBackward, inputs: &[(&CpuStorage, &L
     } else {
         deltas(&o, &d_o, (n_heads, nq, dv))
     };
-    let mut dq = zeroed_vec::<C>(n_heads * nq * d)?;
-    let mut dk = zeroed_vec::<C>(n_heads * nk * d)?;
-    let mut dvs = zeroed_vec::<C>(n_heads * nk * dv)?;
+    let groups =
+        if n_heads >= rayon::current_num_threads() { 1 } else { rayon::current_num_threads().div_ceil(n_heads.max(1)) };
+    // Each task zeroes the rows of dk and dv it owns, and its head's dq rows when the head
+    // is one task (`key_group`: in its core's cache, on every thread at once); dq takes the
+    // sum of private parts otherwise, from zero.
+    let mut dq = if groups == 1 { output_vec::<C>(n_heads * nq * d)? } else { zeroed_vec::<C>(n_heads * nq * d)? };
+    let mut dk = output_vec::<C>(n_heads * nk * d)?;
+    let mut dvs = output_vec::<C>(n_heads * nk * dv)?;
     let mut dbias = zeroed_vec::<C>(if op.bias_grad { n_heads * nq * nk } else { 0 })?;
     let shared = op.bias_grad.then_some(SharedRows { ptr: dbias.as_mut_ptr(), len: dbias.len() });
     let saved = Saved { d_o, lse: &lse, delta: &delta, dbias: shared };
-    let groups =
-        if n_heads >= rayon::current_num_threads() { 1 } else { rayon::current_num_threads().div_ceil(n_heads.max(1)) };
     let tasks = split_tasks(&p, groups, &mut dq, &mut dk, &mut dvs);
     let work = n_heads * nq * nk * (2 * d + 2 * dv);
     let private: Vec<(usize, Vec<C>)> = if work < PAR_FLOPS {
@@ -186,7 +189,8 @@ fn group_bounds<C: Compute>(p: &Problem<C>, groups: usize, nk: usize) -> Vec<usi
     bounds
 }
 
-/// The gradients of one task's keys; its private dQ when it has no dq rows of its own.
+/// The gradients of one task's keys (its rows of dk, dv and dq of any value on entry); its
+/// private dQ when it has no dq rows of its own.
 fn key_group<C: Compute>(
     p: &Problem<C>,
     saved: &Saved<C>,
@@ -195,8 +199,13 @@ fn key_group<C: Compute>(
 ) -> Result<Option<(usize, Vec<C>)>> {
     let Dims { heads, nq, d, .. } = p.dims;
     let mut private = Vec::new();
+    t.dk.fill(C::zero());
+    t.dv.fill(C::zero());
     let dq = match t.dq {
-        Some(rows) => rows,
+        Some(rows) => {
+            rows.fill(C::zero());
+            rows
+        }
         None => {
             private = zeroed_vec::<C>(nq * d)?;
             &mut private[..]

@@ -19,7 +19,7 @@ use rayon::prelude::*;
 use super::cpu::{padded, tile_product_add, transpose_tile, Compute, Mat, Problem, BC, BR};
 use super::cpu_columns::{softmax_columns, ColumnStats};
 use super::Dims;
-use crate::cpu::parallel::zeroed_vec;
+use crate::cpu::parallel::output_vec;
 use crate::Result;
 
 /// Multiply-adds below which the forward runs on the calling thread.
@@ -108,8 +108,10 @@ struct Task<'a, C> {
 /// The output `[B, H, Nq, Dv]` and the log-sum-exp `[B, H, Nq]`, both contiguous.
 pub(super) fn run<C: Compute>(p: &Problem<C>) -> Result<(Vec<C>, Vec<C>)> {
     let Dims { batch, heads, nq, nk, d, dv } = p.dims;
-    let mut o = zeroed_vec::<C>(batch * heads * nq * dv)?;
-    let mut lse = zeroed_vec::<C>(batch * heads * nq)?;
+    // Neither is zeroed here: each task zeroes its own output rows as it starts (then in
+    // its core's cache, and on every thread at once) and writes each of its log-sum-exps.
+    let mut o = output_vec::<C>(batch * heads * nq * dv)?;
+    let mut lse = output_vec::<C>(batch * heads * nq)?;
     let blocks_per_head = nq.div_ceil(BR);
     let grouped = batch * heads * blocks_per_head.div_ceil(BLOCKS) >= 4 * rayon::current_num_threads();
     let task_rows = if grouped { BR * BLOCKS } else { BR };
@@ -148,10 +150,11 @@ fn split_tasks<'a, C>(
     tasks
 }
 
-/// The output rows and log-sum-exp of one task.
+/// The output rows and log-sum-exp of one task (`t.o` and `t.lse` of any value on entry).
 fn group<C: Compute>(p: &Problem<C>, t: Task<C>, scratch: &mut Scratch<C>) {
     let Dims { heads, d, dv, .. } = p.dims;
     let rows = t.rows.len();
+    t.o.fill(C::zero());
     // The queries' columns: padded to whole kernel blocks with zeros, whose scores no row
     // reads. A piece starts a whole number of kernel blocks (16 rows) into the task (query
     // blocks of BR rows, strips of 16), so its padded columns are the task's padding, never

@@ -7,10 +7,10 @@
 //! operand as they are, and each query row's statistics are a column, updated by vertical
 //! operations, see `cpu_columns.rs`), folds them into an online softmax (per row a running
 //! max `m` and sum `l`, the output rows accumulated in place and rescaled when `m` grows),
-//! and adds `P V` to the output rows (in pieces of [`PV_KEYS`] keys). At the end `o = acc / l` and the saved log-sum-exp is
-//! `m + ln l` (`-inf`, and a zero row, where every key is masked). Scratch per thread: the
-//! transposed query rows, one `bc x BR` tile (`bc`: [`key_tile_width`]) and three vectors of
-//! the group's rows.
+//! and adds `P V` to the output rows (in pieces of [`PV_KEYS`] keys). At the end
+//! `o = acc / l` and the saved log-sum-exp is `m + ln l` (`-inf`, and a zero row, where
+//! every key is masked). Scratch per thread: the transposed query rows, one `bc x BR` tile
+//! (`bc`: [`key_tile_width`]) and three vectors of the group's rows.
 
 use std::ops::Range;
 
@@ -56,8 +56,8 @@ const WIDE_FROM_NK: usize = 2048;
 /// Measured on the 2-core Xeon of family 6 model 106 (AVX-512 kernel, B = 4, H = 8,
 /// D = 64), this against one 128-key product alternating in one process, six to twelve
 /// rounds, best round, GFLOP/s: forward at N = 1024 on one thread 105.0 -> 112.5, on two
-/// 203.7 -> 218.2 (causal 170.5 -> 182.0), N = 4096 on two 210.9 -> 230.1; N = 256 within
-/// the rounds' spread. The AVX2 kernel (the same Xeon with its AVX-512 tier switched off,
+/// 203.7 -> 218.2 (causal 170.5 -> 182.0), N = 4096 on two 210.9 -> 230.1, N = 256 on two
+/// 104.3 -> 122.0 (causal 78.4 -> 79.8, within the rounds' spread). The AVX2 kernel (the same Xeon with its AVX-512 tier switched off,
 /// N = 4096, two threads): 145.6 -> 150.6 (causal 139.8 -> 149.8), rounds overlapping.
 const PV_KEYS: usize = BC;
 

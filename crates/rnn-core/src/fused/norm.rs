@@ -3,8 +3,8 @@
 //!
 //! The forward reads each row into its statistics (LayerNorm twice: the mean, then the
 //! centered squares; RMSNorm once) and once more to write the output (normalized, scaled
-//! and shifted in that one pass), and saves the per-row mean
-//! (LayerNorm) and `rstd = 1 / sqrt(var + eps)` (f32, f64 for f64 inputs). The backward
+//! and shifted in that one pass), and saves the per-row mean (LayerNorm) and
+//! `rstd = 1 / sqrt(var + eps)` (f32, f64 for f64 inputs). The backward
 //! (`NormBackward`) computes `dx` of a row from two sums over it, with `gw = g * w` and
 //! `xhat = (x - mean) * rstd`:
 //! `dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))` (RMSNorm: no `mean(gw)` term,

@@ -187,7 +187,7 @@ fn group<C: Compute>(p: &Problem<C>, t: Task<C>, scratch: &mut Scratch<C>) {
     let (m, l) = (&scratch.m[..rows], &scratch.l[..rows]);
     for r in 0..rows {
         if l[r] == C::zero() {
-            // Every key masked: a zero row (o was never added to), -inf log-sum-exp.
+            // Every key masked: a zero row (as the task zeroed it), -inf log-sum-exp.
             t.lse[r] = C::neg_infinity();
         } else {
             let inv = C::one() / l[r];

@@ -21,7 +21,9 @@ use crate::backprop::GradModeGuard;
 /// (`RNN_CPU_WAIT=passive` turns this off): an op's other halves then start at once, without
 /// a wake-up call and the sleeping thread's way back (slow in a VM). They stop when `f`
 /// returns. Measured on 2 cores, the GPT step takes about 9% less time
-/// (`bench/results/2026-11-30-gpt-cpu-2core-intel-r-xeon-r-processor-2-80ghz.md`).
+/// (`bench/results/2026-11-30-gpt-cpu-2core-intel-r-xeon-r-processor-2-80ghz.md`). The call
+/// returns once every worker has taken up its loop job (which ends at once when `f` is
+/// done), so a worker busy with another caller's long job holds the return up until then.
 ///
 /// The caller's grad mode and autocast dtype hold inside `f`; random numbers come from the
 /// one global generator, so results do not depend on the thread. Keep GPU work out of `f`

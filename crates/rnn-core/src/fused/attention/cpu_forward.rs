@@ -57,8 +57,9 @@ const WIDE_FROM_NK: usize = 2048;
 /// D = 64), this against one 128-key product alternating in one process, six to twelve
 /// rounds, best round, GFLOP/s: forward at N = 1024 on one thread 105.0 -> 112.5, on two
 /// 203.7 -> 218.2 (causal 170.5 -> 182.0), N = 4096 on two 210.9 -> 230.1, N = 256 on two
-/// 104.3 -> 122.0 (causal 78.4 -> 79.8, within the rounds' spread). The AVX2 kernel (the same Xeon with its AVX-512 tier switched off,
-/// N = 4096, two threads): 145.6 -> 150.6 (causal 139.8 -> 149.8), rounds overlapping.
+/// 104.3 -> 122.0 (causal 78.4 -> 79.8, within the rounds' spread). The AVX2 kernel (the
+/// same Xeon with its AVX-512 tier switched off, N = 4096, two threads): 145.6 -> 150.6
+/// (causal 139.8 -> 149.8), rounds overlapping.
 const PV_KEYS: usize = BC;
 
 /// The key tile width of the forward over `nk` keys.

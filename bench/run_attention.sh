@@ -39,9 +39,9 @@ mkdir -p bench/results
     machine_lines
     echo "- threads: ${threads}; B=4, H=8, D=64, f32 (gpt rows: B=32, H=4, N=64, D=32, causal); fwdbwd = forward + backward of sum(o)"
     echo "- rounds: ${rounds}, run alternately; each workload's best round is shown"
-    echo "- peak MB: extra memory of one call. attnmem_ rows: rnn counts live heap bytes, torch's is the"
-    echo "  growth of its peak resident set (MALLOC_MMAP_THRESHOLD_=65536, see attention_bench.py);"
-    echo "  attnrss_ rows: both sides by that resident-set measure (\`rnn bench attention --rss\`)"
+    echo "- peak MB: extra memory of one call. attnmem_ rows: live heap bytes on both sides (rnn's counting"
+    echo "  allocator; torch's profiler memory events, see attention_bench.py); attnrss_ rows: growth of"
+    echo "  the peak resident set on both sides (MALLOC_MMAP_THRESHOLD_=65536, \`rnn bench attention --rss\`)"
     echo
     "$python" bench/compare.py "$ours" "$theirs" --markdown
 } > "$out"

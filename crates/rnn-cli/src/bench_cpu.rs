@@ -6,7 +6,7 @@ use std::io::Write;
 use rnn::{DType, Device, NoGradGuard, Tensor};
 use serde::Serialize;
 
-use crate::timing::{time_call, Measurement, TimingConfig};
+use crate::timing::{median, time_call, Measurement, TimingConfig};
 use crate::CliResult;
 
 const N16M: usize = 16 * 1024 * 1024;
@@ -315,30 +315,51 @@ fn bench_mlp(bench: &mut Bench) -> CliResult<()> {
     let targets = random_targets(batch, classes)?;
     let name = "mlp_784_512_256_10_b128";
     // On a CPU worker thread, as `Network::train` runs its steps.
-    bench.measure(name, Score::Millis, || rnn::on_cpu_workers(|| mlp.train_step(&x, &targets)))?;
+    let step = || rnn::on_cpu_workers(|| mlp.train_step(&x, &targets));
+    bench.measure(name, Score::Millis, step)?;
     // The same step under bf16 autocast (f32 weights, bf16 matmuls, f32 loss), as
     // `torch.autocast("cpu", dtype=torch.bfloat16)` in the PyTorch twin.
-    bench.measure("mlp_784_512_256_10_b128_bf16", Score::Millis, || {
-        rnn::autocast(DType::BF16, || rnn::on_cpu_workers(|| mlp.train_step(&x, &targets)))?
-    })?;
-    record_floor(bench, name, mlp.step_flops(batch))
+    bench.measure("mlp_784_512_256_10_b128_bf16", Score::Millis, || rnn::autocast(DType::BF16, step)?)?;
+    record_floor(bench, name, mlp.step_flops(batch), step)
 }
 
-/// The step's floor (its product FLOPs at the best matmul rate of this run) and the
-/// measured step over it, as two more records (`<name>_floor` in ms, `<name>_vs_floor`).
-fn record_floor(bench: &mut Bench, name: &str, flops: f64) -> CliResult<()> {
-    let best_gflops =
-        bench.records.iter().filter(|r| r.name.starts_with("matmul_f32_")).map(|r| r.value).fold(0.0, f64::max);
-    let step_ms = bench.records.iter().find(|r| r.name == name).map(|r| r.value);
-    let (Some(step_ms), true) = (step_ms, best_gflops > 0.0) else {
-        return Ok(());
-    };
-    let floor_ms = flops / (best_gflops * 1e9) * 1e3;
-    let ratio = step_ms / floor_ms;
+/// Rounds of [`record_floor`]'s side-by-side measurement.
+const FLOOR_ROUNDS: usize = 7;
+
+/// The step against its floor: its product FLOPs at the best rate of the square f32
+/// products (the `matmul_f32_*` sizes). Measured side by side, because this machine's speed
+/// can move by a third between one workload and the next (the square products' rate read
+/// 190-297 GFLOP/s across runs a few minutes apart): [`FLOOR_ROUNDS`] rounds of every square
+/// product then the step, each timed over a fifth of the usual time. Two more records:
+/// `<name>_floor` (ms, at the median round's best rate) and `<name>_vs_floor`, the median
+/// over rounds of the step over that round's floor.
+fn record_floor(bench: &mut Bench, name: &str, flops: f64, mut step: impl FnMut() -> rnn::Result<()>) -> CliResult<()> {
+    let squares = bench.sizes.matmul.map(|n| Ok((n, randn((n, n))?, randn((n, n))?)));
+    let squares = squares.into_iter().collect::<rnn::Result<Vec<_>>>()?;
+    let timing = bench.sizes.timing;
+    let timing = TimingConfig { warmup_calls: 1, min_seconds: timing.min_seconds / 5.0, ..timing };
+    let (mut rates, mut ratios) = (Vec::new(), Vec::new());
+    for _ in 0..FLOOR_ROUNDS {
+        let mut best = 0.0_f64;
+        for (n, a, b) in &squares {
+            let _no_grad = NoGradGuard::new();
+            let seconds = time_call(timing, || a.matmul(b).map(drop))?.median_seconds;
+            best = best.max(2.0 * (*n as f64).powi(3) / seconds);
+        }
+        let step_seconds = time_call(timing, &mut step)?.median_seconds;
+        rates.push(best / 1e9);
+        ratios.push(step_seconds / (flops / best));
+    }
+    let (rate, ratio) = (median(&mut rates.clone()), median(&mut ratios.clone()));
+    let floor_ms = flops / (rate * 1e9) * 1e3;
+    let listed = |v: &[f64], digits: usize| v.iter().map(|x| format!("{x:.digits$}")).collect::<Vec<_>>().join(" ");
     writeln!(
         bench.out,
-        "{name}: floor {floor_ms:.3} ms ({:.1} MFLOP at {best_gflops:.1} GFLOP/s), step / floor {ratio:.3}",
-        flops / 1e6
+        "{name}: floor {floor_ms:.3} ms ({:.1} MFLOP at {rate:.1} GFLOP/s), step / floor {ratio:.3} \
+         (median of {FLOOR_ROUNDS} rounds of the square products then the step: {}; best GFLOP/s: {})",
+        flops / 1e6,
+        listed(&ratios, 3),
+        listed(&rates, 1),
     )?;
     for (suffix, metric, value) in [("floor", "ms", floor_ms), ("vs_floor", "x", ratio)] {
         let (suite, threads) = ("cpu", bench.threads);

@@ -5,9 +5,11 @@
 //!
 //! Causal, so that the kernels skip half the tiles and the test stays a few seconds long in
 //! the (optimized) test profile; the memory bound is the same with or without the mask.
+//! A second test bounds the forward's scratch at a short sequence (the GPT training shape).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
 
 use rnn_core::{scaled_dot_product_attention, AttentionMask, DType, Device, Result, Tensor};
 
@@ -46,6 +48,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
+/// Held by each test while it counts: the tests of this binary run one at a time.
+static COUNTING: Mutex<()> = Mutex::new(());
+
 /// The peak of live heap bytes above those live before `f`, while `f` runs.
 fn peak_extra<T>(f: impl FnOnce() -> T) -> (T, usize) {
     let base = LIVE.load(Relaxed);
@@ -56,6 +61,7 @@ fn peak_extra<T>(f: impl FnOnce() -> T) -> (T, usize) {
 
 #[test]
 fn attention_memory_is_linear_in_n() -> Result<()> {
+    let _counting = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     const N: usize = 16384;
     const D: usize = 64;
     let rand = |seed| -> Result<Tensor> {
@@ -95,6 +101,34 @@ fn attention_memory_is_linear_in_n() -> Result<()> {
     let bound = (4 + threads - 1) * one + one / 2;
     assert!(both < bound, "forward + backward peak extra {both} bytes > {bound}");
     assert!(both < scores / 8);
+    Ok(())
+}
+
+/// At the GPT training step's attention (B = 32, H = 4, N = 64, D = 32, causal), the
+/// forward holds its output, the log-sum-exp and, per thread, scratch for one task of 64
+/// query rows: their transposed queries, one 64 x 64 score tile and three row vectors.
+/// Scratch sized for the longest task (4 blocks of 64 rows) would take twice that.
+#[test]
+fn short_sequences_take_scratch_for_their_rows_only() -> Result<()> {
+    let _counting = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let (b, h, n, d) = (32, 4, 64, 32);
+    let rand = |seed| -> Result<Tensor> {
+        Tensor::rand_with(&mut rnn_testutil::rng(seed), -1.0, 1.0, (b, h, n, d), DType::F32, Device::Cpu)
+    };
+    let (q, k, v) = (rand(4)?, rand(5)?, rand(6)?);
+    let mask = AttentionMask::causal();
+    scaled_dot_product_attention(&q, &k, &v, &mask, None)?;
+    // Buffers that the host cache kept from the call before would serve this one uncounted.
+    rnn_core::cpu_empty_cache();
+    let (o, fwd) = peak_extra(|| scaled_dot_product_attention(&q, &k, &v, &mask, None));
+    drop(o?);
+    let (output, lse) = (b * h * n * d * 4, b * h * n * 4);
+    let scratch = (d * (n + 16) + n * n + 3 * n) * 4;
+    let threads = rayon::current_num_threads();
+    // The task list (128 tasks) and small change: half of one thread's scratch.
+    let bound = output + lse + threads * scratch + scratch / 2;
+    eprintln!("forward at N = {n}: peak extra {fwd} bytes, bound {bound}");
+    assert!(fwd <= bound, "forward peak extra {fwd} bytes > {bound}");
     Ok(())
 }
 

@@ -85,9 +85,9 @@ struct Scratch<C> {
 }
 
 impl<C: Compute> Scratch<C> {
-    /// For key tiles of at most `bc` keys.
-    fn new(d: usize, bc: usize) -> Self {
-        let rows = BR * BLOCKS;
+    /// For tasks of at most `task_rows` query rows and key tiles of at most `bc` keys.
+    fn new(d: usize, task_rows: usize, bc: usize) -> Self {
+        let rows = padded(task_rows);
         Scratch {
             qt: vec![C::zero(); d * (rows + QT_SKEW)],
             st: vec![C::zero(); bc * BR],
@@ -118,13 +118,14 @@ pub(super) fn run<C: Compute>(p: &Problem<C>) -> Result<(Vec<C>, Vec<C>)> {
     let task_rows = if grouped { BR * BLOCKS } else { BR };
     let tasks = split_tasks(&mut o, &mut lse, batch * heads, (nq, task_rows), dv);
     let work = batch * heads * nq * nk * (d + dv);
-    // No wider than the padded keys: short sequences need no more scratch than one tile.
-    let width = key_tile_width(nk).min(padded(nk));
+    // No wider than the padded keys, no more rows than the queries: short sequences need no
+    // more scratch than one tile.
+    let (width, rows) = (key_tile_width(nk).min(padded(nk)), task_rows.min(nq));
     if work < PAR_FLOPS {
-        let mut scratch = Scratch::new(d, width);
+        let mut scratch = Scratch::new(d, rows, width);
         tasks.into_iter().for_each(|t| group(p, t, &mut scratch));
     } else {
-        tasks.into_par_iter().for_each_init(|| Scratch::new(d, width), |scratch, t| group(p, t, scratch));
+        tasks.into_par_iter().for_each_init(|| Scratch::new(d, rows, width), |scratch, t| group(p, t, scratch));
     }
     Ok((o, lse))
 }

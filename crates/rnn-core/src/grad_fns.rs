@@ -91,7 +91,7 @@ pub(crate) fn unary_grad(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Res
         UnaryOp::Erf => g.mul(&x.sqr()?.neg()?.exp()?.mul_scalar(FRAC_2_SQRT_PI)?),
         UnaryOp::Sigmoid => g.mul(&y.mul(&y.neg()?.add_scalar(1.0)?)?),
         // PyTorch's threshold backward: zero where x <= 0, so a NaN input passes the gradient.
-        UnaryOp::Relu => x.le_scalar(0.0)?.where_cond(&g.zeros_like()?, g),
+        UnaryOp::Relu => crate::fused::relu_backward::relu_backward(x, g),
         UnaryOp::Gelu => {
             // y = 0.5 x (1 + tanh(u)), u = c (x + 0.044715 x^3), c = sqrt(2 / pi)
             let c = (2.0 / PI).sqrt();

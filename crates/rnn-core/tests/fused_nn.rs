@@ -1,8 +1,9 @@
 //! Fused LayerNorm, RMSNorm, softmax-cross-entropy and bias + GELU on every device: each
 //! against its composition of primitives in f64 on the CPU (output and the gradient of every
 //! input, on fresh random inputs, in each float dtype the device has), f64 finite-difference
-//! gradient checks of the fused ops on the CPU, NaN / infinite rows, bad arguments, and
-//! PyTorch's values (`tests/golden/fused_nn.json`, from `tests/golden/make_fused_nn.py`).
+//! gradient checks of the fused ops on the CPU, NaN / infinite rows, ReLU's gradient at NaN
+//! and zero (PyTorch's `threshold_backward`), bad arguments, and PyTorch's values
+//! (`tests/golden/fused_nn.json`, from `tests/golden/make_fused_nn.py`).
 
 use rnn_core::op_table::{CmpOp, UnaryOp};
 use rnn_core::{DType, Device, Epilogue, Error, Result, Tensor};
@@ -218,6 +219,34 @@ fn special_values(device: Device) -> Result<()> {
     Ok(())
 }
 test_device!(special_values_test, special_values);
+
+/// ReLU's gradient is PyTorch's `threshold_backward`: 0 where the input is <= 0 (-0 too),
+/// even when the incoming gradient is NaN; a NaN input passes the gradient on. The same
+/// through `relu` and through Linear's fused ReLU epilogue.
+fn relu_gradient_as_pytorch(device: Device) -> Result<()> {
+    let nan = f32::NAN;
+    for dtype in floats(device) {
+        let on = |v: Vec<f32>| Tensor::from_vec(v.clone(), v.len(), Device::Cpu)?.to_dtype(dtype)?.to_device(device);
+        let x = on(vec![-1.0, 0.0, -0.0, 2.0, nan, f32::INFINITY, f32::NEG_INFINITY, 3.0])?.requires_grad();
+        let g = on(vec![1.0, nan, nan, 4.0, 5.0, nan, 7.0, -2.0])?;
+        let grads = x.relu()?.mul(&g)?.sum_all()?.backward()?;
+        let dx = values(grads.get(&x).expect("x tracks its gradient"));
+        let want = [0.0, 0.0, 0.0, 4.0, 5.0, f64::NAN, 0.0, -2.0];
+        assert!(dx.iter().zip(&want).all(|(a, b)| a == b || (a.is_nan() && b.is_nan())), "relu {dtype:?}: {dx:?}");
+    }
+
+    // x @ I + 0: the pre-activation is x itself.
+    let x = Tensor::from_vec(vec![-1.0f32, 0.0, 2.0, 3.0], (1, 4), device)?.requires_grad();
+    let eye: Vec<f32> = (0..16).map(|i| if i % 5 == 0 { 1.0 } else { 0.0 }).collect();
+    let w = Tensor::from_vec(eye, (4, 4), device)?;
+    let b = Tensor::zeros(4, DType::F32, device)?;
+    let g = Tensor::from_vec(vec![nan, nan, 4.0, -2.0], (1, 4), device)?;
+    let grads = x.linear(&w, Some(&b), Epilogue::Relu)?.mul(&g)?.sum_all()?.backward()?;
+    let dx = values(grads.get(&x).expect("x tracks its gradient"));
+    assert_eq!(dx, [0.0, 0.0, 4.0, -2.0], "linear + relu");
+    Ok(())
+}
+test_device!(relu_gradient_as_pytorch_test, relu_gradient_as_pytorch);
 
 fn composed_values(logits: &Tensor, t: &Tensor) -> Result<Vec<f64>> {
     let cpu = |x: &Tensor| x.to_device(Device::Cpu);

@@ -97,6 +97,8 @@ fused_ops! {
 mod batch_norm_cpu;
 mod linear_cpu;
 mod norm_gpu;
+// CPU kernel only: GPUs compose it (no kernels to list above).
+pub(crate) mod relu_backward;
 mod rows;
 
 impl Tensor {

@@ -226,7 +226,10 @@ test_device!(special_values_test, special_values);
 fn relu_gradient_as_pytorch(device: Device) -> Result<()> {
     let nan = f32::NAN;
     for dtype in floats(device) {
-        let on = |v: Vec<f32>| Tensor::from_vec(v.clone(), v.len(), Device::Cpu)?.to_dtype(dtype)?.to_device(device);
+        let on = |v: Vec<f32>| {
+            let n = v.len();
+            Tensor::from_vec(v, n, Device::Cpu)?.to_dtype(dtype)?.to_device(device)
+        };
         let x = on(vec![-1.0, 0.0, -0.0, 2.0, nan, f32::INFINITY, f32::NEG_INFINITY, 3.0])?.requires_grad();
         let g = on(vec![1.0, nan, nan, 4.0, 5.0, nan, 7.0, -2.0])?;
         let grads = x.relu()?.mul(&g)?.sum_all()?.backward()?;

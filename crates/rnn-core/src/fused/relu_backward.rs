@@ -1,10 +1,11 @@
 //! ReLU's gradient in one pass: `g` where the ReLU's input `x` is above 0, else 0, as
 //! PyTorch's `threshold_backward(g, x, 0)` (a NaN `x` passes `g` on; where `x <= 0` the
 //! result is 0 even when `g` is NaN). The composition it replaces is a comparison, a zeros
-//! tensor and a select: three passes and two temporaries. `relu`'s backward and the ReLU
-//! epilogues of Linear and Conv2d use it (for those, the output `relu(z)` stands for the
-//! input: it is above 0 exactly where `z` is, and NaN where `z` is). The CPU has the kernel;
-//! GPUs run the composition.
+//! tensor and a select: three passes and two temporaries. `relu`'s backward, the ReLU
+//! epilogue of Linear and Conv2d's composed backward (where its CPU kernel, which masks as it
+//! goes, does not run) use it; for the epilogues the output `relu(z)` stands for the input:
+//! it is above 0 exactly where `z` is, and NaN where `z` is. The CPU has the kernel; GPUs
+//! run the composition.
 
 use std::sync::Arc;
 

@@ -110,8 +110,9 @@ impl FusedOp for Linear {
         let (x, w, b) = (&inputs[0], &inputs[1], inputs.get(2));
         let gz = match self.act {
             Epilogue::None => g.clone(),
-            // y > 0 exactly where z > 0, and y is NaN where z is: y stands for z.
-            Epilogue::Relu => super::relu_backward::relu_backward(y, g)?,
+            // y > 0 exactly where z > 0, and y is NaN where z is: y stands for z (as in
+            // Conv2d's epilogue).
+            Epilogue::Relu => crate::grad_fns::unary_grad(UnaryOp::Relu, y, y, g)?,
             // `linear` fuses a GELU only when no gradient is taken (autograd gets the product
             // and `bias_gelu` instead), so no graph ever holds this case.
             Epilogue::Gelu => {

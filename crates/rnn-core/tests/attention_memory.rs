@@ -5,7 +5,8 @@
 //!
 //! Causal, so that the kernels skip half the tiles and the test stays a few seconds long in
 //! the (optimized) test profile; the memory bound is the same with or without the mask.
-//! A second test bounds the forward's scratch at a short sequence (the GPT training shape).
+//! Two more tests bound the forward's scratch at short sequences (N = 64, the GPT training
+//! shape, and N = 256).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -106,12 +107,27 @@ fn attention_memory_is_linear_in_n() -> Result<()> {
 
 /// At the GPT training step's attention (B = 32, H = 4, N = 64, D = 32, causal), the
 /// forward holds its output, the log-sum-exp and, per thread, scratch for one task of 64
-/// query rows: their transposed queries, one 64 x 64 score tile and three row vectors.
+/// query rows: their transposed queries, one score tile of 64 keys and three row vectors.
 /// Scratch sized for the longest task (4 blocks of 64 rows) would take twice that.
 #[test]
 fn short_sequences_take_scratch_for_their_rows_only() -> Result<()> {
+    forward_within_one_block_of_scratch((32, 4, 64, 32))
+}
+
+/// At N = 256 (B = 4, H = 8, D = 64) a head's keys and values stay in cache from one task to
+/// the next, and the forward's tasks take one block of 64 query rows each, as at N = 64.
+/// Tasks of four blocks would hold the transposed queries of 256 rows per thread: about
+/// twice the scratch.
+#[test]
+fn heads_of_a_few_blocks_take_one_block_per_task() -> Result<()> {
+    forward_within_one_block_of_scratch((4, 8, 256, 64))
+}
+
+/// The forward's peak extra heap bytes at shape `(b, h, n, d)`, causal, are at most its
+/// output, its log-sum-exp and per thread the scratch of a task of 64 query rows over key
+/// tiles of at most 128 keys, plus half of that scratch for the task list and small change.
+fn forward_within_one_block_of_scratch((b, h, n, d): (usize, usize, usize, usize)) -> Result<()> {
     let _counting = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
-    let (b, h, n, d) = (32, 4, 64, 32);
     let rand = |seed| -> Result<Tensor> {
         Tensor::rand_with(&mut rnn_testutil::rng(seed), -1.0, 1.0, (b, h, n, d), DType::F32, Device::Cpu)
     };
@@ -123,10 +139,10 @@ fn short_sequences_take_scratch_for_their_rows_only() -> Result<()> {
     let (o, fwd) = peak_extra(|| scaled_dot_product_attention(&q, &k, &v, &mask, None));
     drop(o?);
     let (output, lse) = (b * h * n * d * 4, b * h * n * 4);
-    let scratch = (d * (n + 16) + n * n + 3 * n) * 4;
-    let threads = rayon::current_num_threads();
-    // The task list (128 tasks) and small change: half of one thread's scratch.
-    let bound = output + lse + threads * scratch + scratch / 2;
+    let (rows, keys) = (n.min(64), n.min(128));
+    // Transposed queries (16 columns of skew), the score tile, the running max, sum and scale.
+    let scratch = (d * (rows + 16) + keys * rows + 3 * rows) * 4;
+    let bound = output + lse + rayon::current_num_threads() * scratch + scratch / 2;
     eprintln!("forward at N = {n}: peak extra {fwd} bytes, bound {bound}");
     assert!(fwd <= bound, "forward peak extra {fwd} bytes > {bound}");
     Ok(())

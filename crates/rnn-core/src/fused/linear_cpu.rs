@@ -1,9 +1,12 @@
-//! The CPU forward of the fused Linear, `act(x @ wᵀ + b)`, in one output buffer: the bias is
-//! written into every row, the product is accumulated onto it (the gemm crate computes
-//! `dst = dst + x wᵀ`), and the activation runs in place while the output is still in cache.
-//! No intermediate tensor, one pass over the output fewer than matmul + add + activation.
-//! bf16 and f16 (autocast's linear) do the same in an f32 accumulator and round once at the
-//! end, as cuBLASLt's and oneDNN's epilogues do.
+//! The CPU forward of the fused Linear, `act(x @ wᵀ + b)`, in one output buffer: the
+//! product is written into it, then one pass adds the bias to every row and applies the
+//! activation while the output is still in cache. No intermediate tensor, and two passes
+//! over the output fewer than matmul + add + activation. bf16 and f16 (autocast's linear) do
+//! the same in an f32 accumulator and round once at the end, as cuBLASLt's and oneDNN's
+//! epilogues do.
+//!
+//! (Writing the bias into the rows first and accumulating the product onto it, as the gemm
+//! crate can, takes one more pass over the output, on one thread at the MLP's sizes.)
 
 use crate::cpu::matmul_half::GemmInput;
 use crate::cpu::parallel::{output_vec, par_fill};
@@ -37,13 +40,8 @@ fn half<E: GemmInput + WithDType>(
 ) -> Result<Vec<E>> {
     let (m, n) = (x.1.dims()[0], wl.dims()[0]);
     let mut acc = output_vec::<f32>(m * n)?;
-    if let Some((b, bl)) = bias {
-        fill_rows(&mut acc, n, (b, bl), |v| v.to_f64() as f32)?;
-    }
-    half_gemm_into(&mut acc, x, (w, &wl.transpose(0, 1)?), bias.is_some())?;
-    if let Some(op) = act.unary() {
-        op.visit(InPlace { values: &mut acc, work: work_of(op) });
-    }
+    half_gemm_into(&mut acc, x, (w, &wl.transpose(0, 1)?), false)?;
+    bias_and_activation(&mut acc, n, bias, |v| v.to_f64() as f32, act)?;
     let mut out = output_vec::<E>(m * n)?;
     par_fill(&mut out, 1, |chunk, first| E::narrow_slice(&acc[first..first + chunk.len()], chunk));
     Ok(out)
@@ -61,43 +59,78 @@ fn typed<T: WithDType + Float>(
     bias: Option<(&[T], &Layout)>,
 ) -> Result<Vec<T>> {
     let (m, n) = (x.1.dims()[0], wl.dims()[0]);
-    // Every element is written: by the bias and the accumulated product, or by the product.
+    // Every element is written by the product.
     let mut out = output_vec::<T>(m * n)?;
-    if let Some(bias) = bias {
-        fill_rows(&mut out, n, bias, |v| v)?;
-    }
     let wt = wl.transpose(0, 1)?;
-    gemm_into(&mut out, x, (w, &wt), (T::from_f64(0.0), T::from_f64(1.0)), bias.is_some())?;
-    if let Some(op) = act.unary() {
-        op.visit(InPlace { values: &mut out, work: work_of(op) });
-    }
+    gemm_into(&mut out, x, (w, &wt), (T::from_f64(0.0), T::from_f64(1.0)), false)?;
+    bias_and_activation(&mut out, n, bias, |v| v, act)?;
     Ok(out)
 }
 
-/// Copies the `n` bias values (any stride), converted by `cast`, into every row of `out`.
-fn fill_rows<B: Copy, T: Copy>(out: &mut [T], n: usize, (b, bl): (&[B], &Layout), cast: impl Fn(B) -> T) -> Result<()> {
+/// Adds the `n` bias values (any stride, converted by `cast`) to every row of `out` and
+/// applies the epilogue's activation, in one pass.
+fn bias_and_activation<B: Copy, T: Float + Send + Sync>(
+    out: &mut [T],
+    n: usize,
+    bias: Option<(&[B], &Layout)>,
+    cast: impl Fn(B) -> T,
+    act: Epilogue,
+) -> Result<()> {
+    let bias = bias.map(|b| bias_row(n, b, cast)).transpose()?;
+    let rows = RowsInPlace { values: out, n, bias: bias.as_deref() };
+    match act.unary() {
+        Some(op) => op.visit(WithActivation { rows, work: work_of(op) + 1 }),
+        None if rows.bias.is_some() => rows.apply(1, |v| v),
+        None => {}
+    }
+    Ok(())
+}
+
+/// The `n` bias values, contiguous and converted by `cast`.
+fn bias_row<B: Copy, T>(n: usize, (b, bl): (&[B], &Layout), cast: impl Fn(B) -> T) -> Result<Vec<T>> {
     if bl.storage_extent() > b.len() {
         return Err(Error::invalid("linear", format!("layout {bl:?} reaches past a storage of {} elements", b.len())));
     }
     let (start, stride) = (bl.start_offset(), bl.strides()[0]);
-    let Some(first) = out.get_mut(..n) else {
-        return Ok(());
-    };
-    first.iter_mut().enumerate().for_each(|(j, o)| *o = cast(b[start + j * stride]));
-    let (first, rest) = out.split_at_mut(n);
-    rest.chunks_exact_mut(n.max(1)).for_each(|row| row.copy_from_slice(first));
-    Ok(())
+    Ok((0..n).map(|j| cast(b[start + j * stride])).collect())
 }
 
-/// Applies one unary op of the op table to every value, in place.
-struct InPlace<'a, T> {
+/// Rows of `n` values, and the bias to add to each row (none: add nothing).
+struct RowsInPlace<'a, T> {
     values: &'a mut [T],
+    n: usize,
+    bias: Option<&'a [T]>,
+}
+
+impl<T: Float + Send + Sync> RowsInPlace<'_, T> {
+    /// Sets every value `v` of column `j` to `f(v + bias[j])` (`f(v)` without a bias), on
+    /// the threads when the values times `work` are enough.
+    fn apply(self, work: usize, f: impl Fn(T) -> T + Sync + Send) {
+        let (n, bias) = (self.n.max(1), self.bias);
+        par_fill(self.values, work, |chunk, first| match bias {
+            None => chunk.iter_mut().for_each(|v| *v = f(*v)),
+            Some(bias) => {
+                // A chunk may start and end inside a row: walk it a row's piece at a time.
+                let (mut col, mut rest) = (first % n, chunk);
+                while !rest.is_empty() {
+                    let (piece, tail) = rest.split_at_mut((n - col).min(rest.len()));
+                    piece.iter_mut().zip(&bias[col..]).for_each(|(v, &b)| *v = f(*v + b));
+                    (col, rest) = (0, tail);
+                }
+            }
+        });
+    }
+}
+
+/// [`RowsInPlace::apply`] with one unary op of the op table.
+struct WithActivation<'a, T> {
+    rows: RowsInPlace<'a, T>,
     work: usize,
 }
 
-impl<T: Float + Send> UnaryVisitor for InPlace<'_, T> {
+impl<T: Float + Send + Sync> UnaryVisitor for WithActivation<'_, T> {
     type Out = ();
     fn visit<K: UnaryKernel>(self) {
-        par_fill(self.values, self.work, |chunk, _| chunk.iter_mut().for_each(|v| *v = K::f(*v)));
+        self.rows.apply(self.work, K::f);
     }
 }

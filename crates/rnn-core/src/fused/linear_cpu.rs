@@ -1,7 +1,8 @@
 //! The CPU forward of the fused Linear, `act(x @ wᵀ + b)`, in one output buffer: the
 //! product is written into it, then one pass adds the bias to every row and applies the
-//! activation while the output is still in cache. No intermediate tensor, and two passes
-//! over the output fewer than matmul + add + activation. bf16 and f16 (autocast's linear) do
+//! activation while the output is still in cache: two passes over the output and no
+//! intermediate tensor, where matmul, add and activation take three passes and two
+//! intermediate tensors. bf16 and f16 (autocast's linear) do
 //! the same in an f32 accumulator and round once at the end, as cuBLASLt's and oneDNN's
 //! epilogues do.
 //!

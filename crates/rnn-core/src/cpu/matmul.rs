@@ -259,15 +259,13 @@ fn half_product<E: GemmInput>(a: &[E], la: &Layout, b: &[E], lb: &Layout, d: &Di
     Ok(out)
 }
 
-/// `dst = a @ b`, or `dst += a @ b` when `accumulate`, for 2-D `a` `[m, k]` and `b` `[k, n]`
-/// (any strides) into the row-major `m x n` `dst`: the product of a fused op (accumulating
-/// onto a pre-filled bias).
+/// `dst = a @ b` for 2-D `a` `[m, k]` and `b` `[k, n]` (any strides) into the row-major
+/// `m x n` `dst`: the product of a fused op, whose epilogue then runs on `dst`.
 pub(crate) fn gemm_into<T: Copy + Send + Sync + 'static>(
     dst: &mut [T],
     (a, la): (&[T], &Layout),
     (b, lb): (&[T], &Layout),
     units: (T, T),
-    accumulate: bool,
 ) -> Result<()> {
     let (m, k, n) = product_dims(dst.len(), (a.len(), la), (b.len(), lb))?;
     if dst.is_empty() {
@@ -275,9 +273,7 @@ pub(crate) fn gemm_into<T: Copy + Send + Sync + 'static>(
     }
     if k == 0 {
         // No terms: the sum is empty (gemm is not asked to handle k = 0).
-        if !accumulate {
-            dst.fill(units.0);
-        }
+        dst.fill(units.0);
         return Ok(());
     }
     let par = if m * n * k < PAR_FLOPS { Parallelism::None } else { Parallelism::Rayon(rayon::current_num_threads()) };
@@ -287,18 +283,17 @@ pub(crate) fn gemm_into<T: Copy + Send + Sync + 'static>(
     };
     // SAFETY: the extents of both layouts were checked against their storages; dst holds
     // exactly m x n row-major elements.
-    unsafe { gemm_one(dst, (m, n, k), operand(a, la), operand(b, lb), units, par, accumulate) };
+    unsafe { gemm_one(dst, (m, n, k), operand(a, la), operand(b, lb), units, par, false) };
     Ok(())
 }
 
-/// `acc = a @ b`, or `acc += a @ b` when `accumulate`, for 2-D bf16 / f16 `a` `[m, k]` and
-/// `b` `[k, n]` (any strides), accumulated in f32 into the row-major `m x n` `acc`: the
-/// product of a fused op that adds its epilogue before the one rounding.
+/// `acc = a @ b` for 2-D bf16 / f16 `a` `[m, k]` and `b` `[k, n]` (any strides), summed in
+/// f32 into the row-major `m x n` `acc`: the product of a fused op that adds its epilogue
+/// before the one rounding.
 pub(crate) fn half_gemm_into<E: GemmInput>(
     acc: &mut [f32],
     (a, la): (&[E], &Layout),
     (b, lb): (&[E], &Layout),
-    accumulate: bool,
 ) -> Result<()> {
     let (m, k, n) = product_dims(acc.len(), (a.len(), la), (b.len(), lb))?;
     fn mat<'a, E>(p: &'a [E], l: &Layout) -> Mat<'a, E> {
@@ -306,7 +301,7 @@ pub(crate) fn half_gemm_into<E: GemmInput>(
         Mat { data: p.get(l.start_offset()..).unwrap_or(&[]), rs: l.strides()[0], cs: l.strides()[1] }
     }
     let path = super::matmul_half::Path::best();
-    super::matmul_half::product_f32(path, mat(a, la), mat(b, lb), (m, n, k), acc, accumulate);
+    super::matmul_half::product_f32(path, mat(a, la), mat(b, lb), (m, n, k), acc, false);
     Ok(())
 }
 

@@ -2,8 +2,8 @@
 //! cuBLASLt product with a bias + ReLU / GELU epilogue (`CUBLASLT_EPILOGUE_BIAS`,
 //! `_RELU_BIAS`, `_GELU_BIAS`); where cuBLASLt has no fused kernel for it (f64 on most
 //! devices) the product runs alone and elementwise kernels add the bias and activation
-//! (GELU: one fused `bias_gelu` kernel). On the CPU the bias is written into the output and
-//! the product accumulated onto it, then the activation runs in place (`linear_cpu.rs`;
+//! (GELU: one fused `bias_gelu` kernel). On the CPU the product is written into the output,
+//! then one pass adds the bias and applies the activation in place (`linear_cpu.rs`;
 //! bf16 / f16 in an f32 accumulator, rounded once). On wgpu it is a matmul, then an add and
 //! the activation, or `bias_gelu` for a GELU with a bias.
 

@@ -41,7 +41,7 @@ fn half<E: GemmInput + WithDType>(
 ) -> Result<Vec<E>> {
     let (m, n) = (x.1.dims()[0], wl.dims()[0]);
     let mut acc = output_vec::<f32>(m * n)?;
-    half_gemm_into(&mut acc, x, (w, &wl.transpose(0, 1)?), false)?;
+    half_gemm_into(&mut acc, x, (w, &wl.transpose(0, 1)?))?;
     bias_and_activation(&mut acc, n, bias, |v| v.to_f64() as f32, act)?;
     let mut out = output_vec::<E>(m * n)?;
     par_fill(&mut out, 1, |chunk, first| E::narrow_slice(&acc[first..first + chunk.len()], chunk));
@@ -63,7 +63,7 @@ fn typed<T: WithDType + Float>(
     // Every element is written by the product.
     let mut out = output_vec::<T>(m * n)?;
     let wt = wl.transpose(0, 1)?;
-    gemm_into(&mut out, x, (w, &wt), (T::from_f64(0.0), T::from_f64(1.0)), false)?;
+    gemm_into(&mut out, x, (w, &wt), (T::from_f64(0.0), T::from_f64(1.0)))?;
     bias_and_activation(&mut out, n, bias, |v| v, act)?;
     Ok(out)
 }

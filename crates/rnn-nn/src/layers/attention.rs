@@ -205,7 +205,7 @@ impl MultiHeadAttention {
         let (b, l) = (x.dims()[0], x.dims()[1]);
         let weight = self.in_proj_weight.narrow(0, third * e, e)?;
         let bias = self.in_proj_bias.as_ref().map(|bias| bias.narrow(0, third * e, e)).transpose()?;
-        // One op: the bias is written into the output and the product accumulated onto it.
+        // One op: on the CPU the product, then the bias added in one pass over the output.
         let y = x.reshape((b * l, e))?.linear(&weight, bias.as_ref(), Epilogue::None)?;
         y.reshape((b, l, e))
     }

@@ -885,8 +885,8 @@ fn linear(device: Device) -> Result<()> {
     let mut m = |dims: &[usize]| randn(&mut r, dims, DType::F32, device);
     let (x, w, b) = (m(&[67, 300])?, m(&[129, 300])?, m(&[129])?);
     check_linear(&x, &w, Some(&b), 1e-4, "big")?;
-    // Enough values for the CPU's bias and activation pass to run on the threads, in chunks
-    // that start and end inside rows (1031 columns).
+    // Enough values for the CPU's bias and activation pass to run on the threads (rows of
+    // 1031 columns).
     let (x, w, b) = (m(&[1030, 4])?, m(&[1031, 4])?, m(&[1031])?);
     check_linear(&x, &w, Some(&b), 1e-4, "rows over threads")?;
     linear_errors(device)

@@ -9,6 +9,7 @@
 //! (Writing the bias into the rows first and accumulating the product onto it, as the gemm
 //! crate can, takes one more pass over the output, on one thread at the MLP's sizes.)
 
+use super::rows::par_fill_rows;
 use crate::cpu::matmul_half::GemmInput;
 use crate::cpu::parallel::{output_vec, par_fill};
 use crate::cpu::unary::work_of;
@@ -107,18 +108,12 @@ impl<T: Float + Send + Sync> RowsInPlace<'_, T> {
     /// Sets every value `v` of column `j` to `f(v + bias[j])` (`f(v)` without a bias), on
     /// the threads when the values times `work` are enough.
     fn apply(self, work: usize, f: impl Fn(T) -> T + Sync + Send) {
-        let (n, bias) = (self.n.max(1), self.bias);
-        par_fill(self.values, work, |chunk, first| match bias {
-            None => chunk.iter_mut().for_each(|v| *v = f(*v)),
-            Some(bias) => {
-                // A chunk may start and end inside a row: walk it a row's piece at a time.
-                let (mut col, mut rest) = (first % n, chunk);
-                while !rest.is_empty() {
-                    let (piece, tail) = rest.split_at_mut((n - col).min(rest.len()));
-                    piece.iter_mut().zip(&bias[col..]).for_each(|(v, &b)| *v = f(*v + b));
-                    (col, rest) = (0, tail);
-                }
-            }
+        let (n, bias) = (self.n, self.bias);
+        par_fill_rows(self.values, n, work, |rows, _| match bias {
+            None => rows.iter_mut().for_each(|v| *v = f(*v)),
+            Some(bias) => rows.chunks_exact_mut(n.max(1)).for_each(|row| {
+                row.iter_mut().zip(bias).for_each(|(v, &b)| *v = f(*v + b));
+            }),
         });
     }
 }

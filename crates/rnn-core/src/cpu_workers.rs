@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::autocast::AutocastGuard;
 use crate::backprop::GradModeGuard;
+use crate::cpu::parallel::mark_others_awake;
 
 /// Runs `f` on a worker thread of the CPU thread pool (rayon's global pool) and returns its
 /// value; in place when called from a worker already.
@@ -19,7 +20,8 @@ use crate::backprop::GradModeGuard;
 /// While `f` runs, the pool's other workers keep looking for work instead of going to sleep
 /// between its ops, as OpenMP runtimes' threads spin before they sleep
 /// (`RNN_CPU_WAIT=passive` turns this off): an op's other halves then start at once, without
-/// a wake-up call and the sleeping thread's way back (slow in a VM). They stop when `f`
+/// a wake-up call and the sleeping thread's way back (slow in a VM), so ops split over the
+/// threads from a smaller size (`cpu::parallel::AWAKE_PAR_WORK`). They stop when `f`
 /// returns. Measured on 2 cores, the GPT step takes about 9% less time
 /// (`bench/results/2026-11-30-gpt-cpu-2core-intel-r-xeon-r-processor-2-80ghz.md`). The call
 /// returns once every worker has taken up its loop job (which ends at once when `f` is
@@ -61,13 +63,14 @@ struct Awake {
 fn with_workers_awake<R: Send>(f: impl FnOnce(&Arc<Awake>) -> R + Send) -> R {
     rayon::scope(move |scope| {
         let awake = Arc::new(Awake::default());
-        if active_wait() && rayon::current_num_threads() > 1 {
+        let others_awake = active_wait() && rayon::current_num_threads() > 1;
+        if others_awake {
             // One job per thread (a spawned job could be taken by a worker that is looping
             // already, which would leave another asleep).
             let awake = awake.clone();
             scope.spawn_broadcast(move |_, _| keep_looking(&awake));
         }
-        let _running = Running::start(&awake);
+        let _running = Running::start(&awake, others_awake);
         f(&awake)
     })
 }
@@ -83,11 +86,16 @@ thread_local! {
 struct Running<'a> {
     awake: &'a Awake,
     was_busy: bool,
+    /// This thread's mark for `cpu::parallel::par_work` before `f`.
+    was_others_awake: bool,
 }
 
 impl<'a> Running<'a> {
-    fn start(awake: &'a Awake) -> Self {
-        Running { awake, was_busy: BUSY.with(|b| b.replace(true)) }
+    /// `others_awake`: whether the other workers loop while `f` runs, so that smaller jobs
+    /// are worth splitting over them (`cpu::parallel::par_work`).
+    fn start(awake: &'a Awake, others_awake: bool) -> Self {
+        let was_busy = BUSY.with(|b| b.replace(true));
+        Running { awake, was_busy, was_others_awake: mark_others_awake(others_awake) }
     }
 }
 
@@ -95,6 +103,7 @@ impl Drop for Running<'_> {
     fn drop(&mut self) {
         self.awake.done.store(true, Ordering::Release);
         BUSY.with(|b| b.set(self.was_busy));
+        mark_others_awake(self.was_others_awake);
     }
 }
 
@@ -118,7 +127,7 @@ fn keep_looking(awake: &Awake) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::Ordering;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
     use rayon::prelude::*;
@@ -179,6 +188,36 @@ mod tests {
         });
         assert_eq!(sum, 100_000 * 99_999 / 2);
         assert_eq!(awake.looping.load(Ordering::Acquire), 0, "the scope returns after the loops end");
+    }
+
+    #[test]
+    fn smaller_jobs_split_while_the_other_workers_loop() {
+        use crate::cpu::parallel::{par_fill, par_work, AWAKE_PAR_WORK, PAR_WORK};
+        // The chunks `par_fill` makes of `AWAKE_PAR_WORK` adds, and whether it filled them right.
+        let chunks = || {
+            let calls = AtomicUsize::new(0);
+            let mut v = vec![0u32; AWAKE_PAR_WORK];
+            par_fill(&mut v, 1, |c, first| {
+                calls.fetch_add(1, Ordering::Relaxed);
+                c.iter_mut().enumerate().for_each(|(i, x)| *x = (first + i) as u32);
+            });
+            assert!(v.iter().enumerate().all(|(i, &x)| x == i as u32));
+            calls.into_inner()
+        };
+        let in_pool = move |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            finishes(move || {
+                pool.install(|| {
+                    let outside = (par_work(), chunks());
+                    let inside = with_workers_awake(|_| (par_work(), chunks()));
+                    (outside, inside, par_work())
+                })
+            })
+        };
+        let awake = if super::active_wait() { (AWAKE_PAR_WORK, 4) } else { (PAR_WORK, 1) };
+        assert_eq!(in_pool(2), ((PAR_WORK, 1), awake, PAR_WORK), "(outside, inside, after)");
+        // One thread: nobody to hand work to.
+        assert_eq!(in_pool(1), ((PAR_WORK, 1), (PAR_WORK, 1), PAR_WORK));
     }
 
     #[test]

@@ -136,6 +136,8 @@ fn reduce3<T: Copy + Sync, R: Reducer<T>>(
     red: &R,
 ) -> Result<Vec<R::Out>> {
     let mut out = super::parallel::zeroed_vec(outer * inner)?;
+    // `PAR_WORK` here, not `par_work()`: these two splits set the order of the sums, which
+    // must not depend on where the op runs from (the split over outputs below does not).
     if inner == 1 && outer < 2 * rayon::current_num_threads() && r >= PAR_WORK {
         // Few long rows: split each row over the threads instead.
         for (o, row) in out.iter_mut().zip(x.chunks(r)) {

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use std::mem::MaybeUninit;
 
-use super::parallel::PAR_WORK;
+use super::parallel::par_work;
 use super::simd::zip_assign;
 use super::unary::contiguous_slice;
 use super::CpuStorage;
@@ -323,7 +323,7 @@ fn shifted_range(out_len: usize, in_len: usize, shift: isize) -> (usize, usize) 
 /// `write(i, plane, scratch)`, which must write every element of it; each task gets a
 /// `scratch` from `init`. The output is not zeroed first (that would write it twice).
 ///
-/// Runs on the thread pool from a quarter of `PAR_WORK` elements moved (`work`): the runs
+/// Runs on the thread pool from a quarter of `par_work()` elements moved (`work`): the runs
 /// copied are short rows, so a window op costs more per element than an add; measured on
 /// 2 cores, the unfolds of a small CNN (0.8M-3.6M elements) take half the time in parallel.
 pub(super) fn build_planes<T, S>(
@@ -338,7 +338,7 @@ where
     let n = planes * plane_len;
     let mut out = try_vec::<T>(n)?;
     let spare = &mut out.spare_capacity_mut()[..n];
-    if n > 0 && work < PAR_WORK / 4 {
+    if n > 0 && work < par_work() / 4 {
         let mut scratch = init();
         spare.chunks_mut(plane_len).enumerate().for_each(|(i, plane)| write(i, plane, &mut scratch));
     } else if n > 0 {

@@ -11,7 +11,7 @@
 use rayon::prelude::*;
 
 use super::rows::Compute;
-use crate::cpu::parallel::{output_vec, PAR_WORK};
+use crate::cpu::parallel::{output_vec, par_work};
 use crate::cpu::simd::{fold3_pairs, fold_lanes, map_slice, zip3_slice, zip_slice};
 use crate::Result;
 
@@ -40,7 +40,7 @@ impl Planes {
 
     /// Whether a job of `passes` reads of the whole input is worth threads.
     fn parallel(&self, passes: usize) -> bool {
-        self.n * self.c * self.plane * passes >= PAR_WORK
+        self.n * self.c * self.plane * passes >= par_work()
     }
 
     /// `f(ch)` for every channel, one task per channel when worth it.

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use rayon::prelude::*;
 
-use crate::cpu::parallel::PAR_WORK;
+use crate::cpu::parallel::par_work;
 use crate::cpu::unary::contiguous_slice;
 use crate::cpu::CpuStorage;
 use crate::gpu::elementwise::copy_into;
@@ -41,7 +41,7 @@ pub(crate) fn store<F: Compute>(v: Vec<F>, dtype: DType) -> Result<CpuStorage> {
     s.to_dtype(&Layout::contiguous(n), dtype)
 }
 
-/// Splits `rows` rows over threads (when `work_per_row` units each, see `PAR_WORK`, are
+/// Splits `rows` rows over threads (when `work_per_row` units each, see `par_work`, are
 /// worth it): calls `f(first_row, a_rows, b_rows)` with the matching chunks of `a` (`aw`
 /// elements per row) and `b` (`bw` per row), and returns the results in row order.
 pub(crate) fn map_row_chunks<A: Send, B: Send, R: Send>(
@@ -51,11 +51,12 @@ pub(crate) fn map_row_chunks<A: Send, B: Send, R: Send>(
     work_per_row: usize,
     f: impl Fn(usize, &mut [A], &mut [B]) -> R + Sync + Send,
 ) -> Vec<R> {
-    if rows.saturating_mul(work_per_row) < PAR_WORK || aw == 0 || bw == 0 {
+    let par_work = par_work();
+    if rows.saturating_mul(work_per_row) < par_work || aw == 0 || bw == 0 {
         return vec![f(0, a, b)];
     }
     let threads = rayon::current_num_threads().max(1);
-    let per_chunk = rows.div_ceil(threads * 4).max(PAR_WORK / 4 / work_per_row.max(1)).max(1);
+    let per_chunk = rows.div_ceil(threads * 4).max(par_work / 4 / work_per_row.max(1)).max(1);
     a.par_chunks_mut(per_chunk * aw)
         .zip(b.par_chunks_mut(per_chunk * bw))
         .enumerate()
@@ -72,13 +73,14 @@ pub(crate) fn par_fill_rows<T: Send>(
     f: impl Fn(&mut [T], usize) + Sync + Send,
 ) {
     let work = out.len().saturating_mul(work_per_item.max(1));
-    if work < PAR_WORK || width == 0 {
+    let par_work = par_work();
+    if work < par_work || width == 0 {
         f(out, 0);
         return;
     }
     let rows = out.len() / width;
     let threads = rayon::current_num_threads().max(1);
-    let per_chunk = rows.div_ceil(threads * 4).max(PAR_WORK / 4 / work_per_item.max(1) / width).max(1);
+    let per_chunk = rows.div_ceil(threads * 4).max(par_work / 4 / work_per_item.max(1) / width).max(1);
     out.par_chunks_mut(per_chunk * width).enumerate().for_each(|(i, c)| f(c, i * per_chunk * width));
 }
 

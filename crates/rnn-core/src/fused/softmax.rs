@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use super::{FusedKernels, FusedOp};
 use crate::autocast::AutocastOp;
-use crate::cpu::parallel::{HEAVY, PAR_WORK};
+use crate::cpu::parallel::{par_work, HEAVY};
 use crate::cpu::simd::{fold_lanes, map_slice};
 use crate::cpu::unary::contiguous_slice;
 use crate::cpu::CpuStorage;
@@ -161,12 +161,13 @@ fn softmax_rows<F: Float>(x: &[F], row: usize, log: bool) -> Result<Vec<F>> {
         return Ok(out);
     }
     let rows = |o: &mut [F], xs: &[F]| o.chunks_mut(row).zip(xs.chunks(row)).for_each(|(o, x)| softmax_row(x, o, log));
-    if x.len().saturating_mul(HEAVY) < PAR_WORK {
+    let par_work = par_work();
+    if x.len().saturating_mul(HEAVY) < par_work {
         rows(&mut out, x);
         return Ok(out);
     }
     // Tasks of whole rows, each worth spawning.
-    let chunk = (PAR_WORK / 4 / HEAVY / row).max(1) * row;
+    let chunk = (par_work / 4 / HEAVY / row).max(1) * row;
     out.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(|(o, xs)| rows(o, xs));
     Ok(out)
 }

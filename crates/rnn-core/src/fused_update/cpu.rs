@@ -6,7 +6,7 @@ use num_traits::Float;
 use rayon::prelude::*;
 
 use super::{internal, AdagradHyper, AdamHyper, ParamUpdate, RmsPropHyper, SgdHyper, UpdateRule};
-use crate::cpu::parallel::PAR_WORK;
+use crate::cpu::parallel::par_work;
 use crate::cpu::simd::update_slices;
 use crate::storage::Storage;
 use crate::{DType, Result, Tensor, WithDType};
@@ -206,11 +206,12 @@ where
 {
     let n = p.len();
     let threads = rayon::current_num_threads().max(1);
-    if n.saturating_mul(work) < PAR_WORK || threads == 1 {
+    let par_work = par_work();
+    if n.saturating_mul(work) < par_work || threads == 1 {
         update_slices(p, g, s, f);
         return;
     }
-    let chunk = n.div_ceil(threads * 4).max(PAR_WORK / 4 / work).max(1);
+    let chunk = n.div_ceil(threads * 4).max(par_work / 4 / work).max(1);
     let mut state_chunks = s.map(|s| s.chunks_mut(chunk));
     let jobs: Vec<_> = p
         .chunks_mut(chunk)

@@ -115,18 +115,15 @@ pub fn run_memory(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<V
     Ok(bench.records)
 }
 
-/// f32 products at training shapes (`rnn bench cpu --gemm-shapes`): `m x k` times `k x n`,
-/// with `t` marking an operand read transposed (as backward passes read them).
+/// One f32 product of a training step: `m x k` times `k x n`, `ta` / `tb` marking an
+/// operand read transposed (a view of the stored matrix, as the step reads it).
+type ProductShape = (usize, usize, usize, bool, bool);
+
+/// f32 products at training shapes (`rnn bench cpu --gemm-shapes`): the MLP step's (those of
+/// `bench_mlp`) and the char-GPT step's.
 pub fn run_gemm_shapes(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<Vec<Record>> {
-    const SHAPES: [(usize, usize, usize, bool, bool); 12] = [
-        // MLP 784-512-256-10, batch 128: forward, weight gradients, input gradients.
-        (128, 512, 784, false, false),
-        (128, 256, 512, false, false),
-        (128, 10, 256, false, false),
-        (784, 512, 128, true, false),
-        (512, 256, 128, true, false),
-        (128, 512, 256, false, true),
-        // Char-GPT, 2048 tokens, width 128: projections, MLP, head, their gradients.
+    // Char-GPT, 2048 tokens, width 128: projections, MLP, head, their gradients.
+    const GPT: [ProductShape; 6] = [
         (2048, 128, 128, false, false),
         (2048, 512, 128, false, false),
         (2048, 128, 512, false, false),
@@ -137,14 +134,29 @@ pub fn run_gemm_shapes(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliRes
     let mut bench = start(sizes, quick, out)?;
     let _no_grad = NoGradGuard::new();
     writeln!(bench.out, "f32 kernels: {}", if rnn::cpu_f32_gemm_is_packed() { "packed GEMM" } else { "gemm crate" })?;
-    for (m, n, k, ta, tb) in SHAPES {
-        let a = if ta { randn((k, m))?.t()? } else { randn((m, k))? };
-        let b = if tb { randn((n, k))?.t()? } else { randn((k, n))? };
-        let name = format!("gemm_f32_{m}x{n}x{k}{}{}", if ta { "_ta" } else { "" }, if tb { "_tb" } else { "" });
-        let flops = 2.0 * (m * n * k) as f64;
+    for shape in Mlp::product_shapes(&MLP_WIDTHS, MLP_BATCH).into_iter().chain(GPT) {
+        let (name, flops) = (product_name(shape), product_flops(shape));
+        let (a, b) = product_operands(shape)?;
         bench.measure(&name, Score::Flops(flops), || a.matmul(&b).map(drop))?;
     }
     Ok(bench.records)
+}
+
+/// `gemm_f32_<m>x<n>x<k>`, then `_ta` / `_tb` for a transposed operand.
+fn product_name((m, n, k, ta, tb): ProductShape) -> String {
+    format!("gemm_f32_{m}x{n}x{k}{}{}", if ta { "_ta" } else { "" }, if tb { "_tb" } else { "" })
+}
+
+fn product_flops((m, n, k, _, _): ProductShape) -> f64 {
+    2.0 * (m * n * k) as f64
+}
+
+/// Random operands of `shape`, each stored as the step stores it (a transposed operand is a
+/// view of the other orientation).
+fn product_operands((m, n, k, ta, tb): ProductShape) -> rnn::Result<(Tensor, Tensor)> {
+    let a = if ta { randn((k, m))?.t()? } else { randn((m, k))? };
+    let b = if tb { randn((n, k))?.t()? } else { randn((k, n))? };
+    Ok((a, b))
 }
 
 /// The elementwise, softmax and sum rows.
@@ -293,11 +305,20 @@ impl Mlp {
         loss.backward().map(drop)
     }
 
-    /// Multiply-add FLOPs of one step's products: the forward, the weight gradients, and
-    /// the input gradients of every layer but the first (the data needs none).
-    fn step_flops(&self, batch: usize) -> f64 {
-        let per_layer: Vec<f64> = self.widths.windows(2).map(|w| 2.0 * (batch * w[0] * w[1]) as f64).collect();
-        2.0 * per_layer.iter().sum::<f64>() + per_layer[1..].iter().sum::<f64>()
+    /// The products of one training step of an MLP of `widths`, as the step runs them: for
+    /// each layer (weight `[out, in]`) the forward `x · Wᵀ`, the weight gradient `gzᵀ · x`,
+    /// and the input gradient `gz · W` for every layer but the first (the data needs none).
+    fn product_shapes(widths: &[usize], batch: usize) -> Vec<ProductShape> {
+        let mut shapes = Vec::new();
+        for (i, w) in widths.windows(2).enumerate() {
+            let (inputs, outputs) = (w[0], w[1]);
+            shapes.push((batch, outputs, inputs, false, true));
+            shapes.push((outputs, inputs, batch, true, false));
+            if i > 0 {
+                shapes.push((batch, inputs, outputs, false, false));
+            }
+        }
+        shapes
     }
 }
 
@@ -308,10 +329,14 @@ pub(crate) fn random_targets(batch: usize, classes: usize) -> rnn::Result<Tensor
     Tensor::from_vec(ids, batch, Device::Cpu)
 }
 
+/// The MLP of `bench_mlp` and its batch.
+const MLP_WIDTHS: [usize; 4] = [784, 512, 256, 10];
+const MLP_BATCH: usize = 128;
+
 fn bench_mlp(bench: &mut Bench) -> CliResult<()> {
-    let (batch, classes) = (128, 10);
-    let mlp = Mlp::new(&[784, 512, 256, classes])?;
-    let x = randn((batch, 784))?;
+    let (batch, classes) = (MLP_BATCH, MLP_WIDTHS[3]);
+    let mlp = Mlp::new(&MLP_WIDTHS)?;
+    let x = randn((batch, MLP_WIDTHS[0]))?;
     let targets = random_targets(batch, classes)?;
     let name = "mlp_784_512_256_10_b128";
     // On a CPU worker thread, as `Network::train` runs its steps.
@@ -320,51 +345,95 @@ fn bench_mlp(bench: &mut Bench) -> CliResult<()> {
     // The same step under bf16 autocast (f32 weights, bf16 matmuls, f32 loss), as
     // `torch.autocast("cpu", dtype=torch.bfloat16)` in the PyTorch twin.
     bench.measure("mlp_784_512_256_10_b128_bf16", Score::Millis, || rnn::autocast(DType::BF16, step)?)?;
-    record_floor(bench, name, mlp.step_flops(batch), step)
+    record_floor(bench, name, &Mlp::product_shapes(&mlp.widths, batch), step)
 }
 
 /// Rounds of [`record_floor`]'s side-by-side measurement.
 const FLOOR_ROUNDS: usize = 7;
 
-/// The step against its floor: its product FLOPs at the best rate of the square f32
-/// products (the `matmul_f32_*` sizes). Measured side by side, because this machine's speed
-/// can move by a third between one workload and the next (the square products' rate read
-/// 190-297 GFLOP/s across runs a few minutes apart): [`FLOOR_ROUNDS`] rounds of every square
-/// product then the step, each timed over a fifth of the usual time. Two more records:
-/// `<name>_floor` (ms, at the median round's best rate) and `<name>_vs_floor`, the median
-/// over rounds of the step over that round's floor.
-fn record_floor(bench: &mut Bench, name: &str, flops: f64, mut step: impl FnMut() -> rnn::Result<()>) -> CliResult<()> {
-    let squares = bench.sizes.matmul.map(|n| Ok((n, randn((n, n))?, randn((n, n))?)));
+/// The step against its floor: the FLOPs of its `products` at the best rate of the square
+/// f32 products (the `matmul_f32_*` sizes). Measured side by side, because this machine's
+/// speed can move by a third between one workload and the next (the square products' rate
+/// read 190-297 GFLOP/s across runs a few minutes apart): [`FLOOR_ROUNDS`] rounds of every
+/// square product, the step's products alone at their own shapes (random operands, no
+/// autograd), then the step, each timed over a fifth of the usual time. Three more records:
+/// `<name>_floor` (ms, at the median round's best rate), `<name>_vs_floor`, the median over
+/// rounds of the step over that round's floor, and `<name>_products_vs_floor`, the same for
+/// the products alone: what the step would take with nothing but its products, at the rate
+/// the gemm kernels reach at those shapes.
+fn record_floor(
+    bench: &mut Bench,
+    name: &str,
+    products: &[ProductShape],
+    mut step: impl FnMut() -> rnn::Result<()>,
+) -> CliResult<()> {
+    let flops: f64 = products.iter().map(|&p| product_flops(p)).sum();
+    let squares = bench.sizes.matmul.map(|n| product_operands((n, n, n, false, false)));
     let squares = squares.into_iter().collect::<rnn::Result<Vec<_>>>()?;
+    let alone = products.iter().map(|&p| product_operands(p)).collect::<rnn::Result<Vec<_>>>()?;
     let timing = bench.sizes.timing;
     let timing = TimingConfig { warmup_calls: 1, min_seconds: timing.min_seconds / 5.0, ..timing };
-    let (mut rates, mut ratios) = (Vec::new(), Vec::new());
+    let (mut rates, mut ratios, mut alone_ratios) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..FLOOR_ROUNDS {
-        let mut best = 0.0_f64;
-        for (n, a, b) in &squares {
-            let _no_grad = NoGradGuard::new();
-            let seconds = time_call(timing, || a.matmul(b).map(drop))?.median_seconds;
-            best = best.max(2.0 * (*n as f64).powi(3) / seconds);
-        }
+        let best = best_product_rate(&squares, timing)?;
+        let alone_seconds = products_seconds(&alone, timing)?;
         let step_seconds = time_call(timing, &mut step)?.median_seconds;
         rates.push(best / 1e9);
         ratios.push(step_seconds / (flops / best));
+        alone_ratios.push(alone_seconds / (flops / best));
     }
-    let (rate, ratio) = (median(&mut rates.clone()), median(&mut ratios.clone()));
+    let (rate, ratio, alone_ratio) =
+        (median(&mut rates.clone()), median(&mut ratios.clone()), median(&mut alone_ratios));
     let floor_ms = flops / (rate * 1e9) * 1e3;
     let listed = |v: &[f64], digits: usize| v.iter().map(|x| format!("{x:.digits$}")).collect::<Vec<_>>().join(" ");
     writeln!(
         bench.out,
-        "{name}: floor {floor_ms:.3} ms ({:.1} MFLOP at {rate:.1} GFLOP/s), step / floor {ratio:.3} \
-         (median of {FLOOR_ROUNDS} rounds of the square products then the step: {}; best GFLOP/s: {})",
+        "{name}: floor {floor_ms:.3} ms ({:.1} MFLOP at {rate:.1} GFLOP/s), step / floor {ratio:.3}, \
+         its products alone / floor {alone_ratio:.3} (medians of {FLOOR_ROUNDS} rounds of the square products, the \
+         step's products alone, then the step: steps {}; best GFLOP/s: {})",
         flops / 1e6,
         listed(&ratios, 3),
         listed(&rates, 1),
     )?;
-    for (suffix, metric, value) in [("floor", "ms", floor_ms), ("vs_floor", "x", ratio)] {
+    let records = [("floor", "ms", floor_ms), ("vs_floor", "x", ratio), ("products_vs_floor", "x", alone_ratio)];
+    for (suffix, metric, value) in records {
         let (suite, threads) = ("cpu", bench.threads);
         let record_name = format!("{name}_{suffix}");
         bench.records.push(Record { suite, name: record_name, metric, value, higher_is_better: false, threads });
     }
     Ok(())
+}
+
+/// The best rate (FLOP/s) of the square products `squares` (operand pairs).
+fn best_product_rate(squares: &[(Tensor, Tensor)], timing: TimingConfig) -> rnn::Result<f64> {
+    let _no_grad = NoGradGuard::new();
+    let mut best = 0.0_f64;
+    for (a, b) in squares {
+        let seconds = time_call(timing, || a.matmul(b).map(drop))?.median_seconds;
+        best = best.max(2.0 * (a.dims()[0] * a.dims()[1] * b.dims()[1]) as f64 / seconds);
+    }
+    Ok(best)
+}
+
+/// The sum of the median times of the products `pairs` (operand pairs), each alone.
+fn products_seconds(pairs: &[(Tensor, Tensor)], timing: TimingConfig) -> rnn::Result<f64> {
+    let _no_grad = NoGradGuard::new();
+    pairs.iter().map(|(a, b)| Ok(time_call(timing, || a.matmul(b).map(drop))?.median_seconds)).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mlp_step_runs_eight_products_of_its_flops() {
+        let shapes = Mlp::product_shapes(&MLP_WIDTHS, MLP_BATCH);
+        // Forward and weight gradient of 3 layers, input gradient of the last 2.
+        assert_eq!(shapes.len(), 8);
+        assert!(shapes.contains(&(128, 512, 784, false, true)) && shapes.contains(&(512, 784, 128, true, false)));
+        assert!(shapes.contains(&(128, 512, 256, false, false)) && !shapes.contains(&(128, 784, 512, false, false)));
+        // 2 x 128 x (2 x (784·512 + 512·256 + 256·10) + 512·256 + 256·10) multiply-adds.
+        let flops: f64 = shapes.iter().map(|&s| product_flops(s)).sum();
+        assert_eq!(flops, 308_150_272.0);
+    }
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-const WORKLOADS: [&str; 32] = [
+const WORKLOADS: [&str; 33] = [
     "matmul_f32_256",
     "matmul_f32_512",
     "matmul_f32_1024",
@@ -28,6 +28,7 @@ const WORKLOADS: [&str; 32] = [
     "mlp_784_512_256_10_b128_bf16",
     "mlp_784_512_256_10_b128_floor",
     "mlp_784_512_256_10_b128_vs_floor",
+    "mlp_784_512_256_10_b128_products_vs_floor",
     "layer_norm_fused_8192x1024",
     "layer_norm_composed_8192x1024",
     "rms_norm_fused_8192x1024",
@@ -82,7 +83,8 @@ fn quick_cpu_bench_writes_every_workload() {
         assert_eq!(r["higher_is_better"], r["metric"] != "ms" && r["metric"] != "x", "{name}");
         assert!(r["threads"].as_u64().unwrap() >= 1);
         // The floor records are printed on the step's summary line, after "floor".
-        let printed = name.strip_suffix("_vs_floor").or(name.strip_suffix("_floor")).unwrap_or(name);
+        let floor_suffixes = ["_products_vs_floor", "_vs_floor", "_floor"];
+        let printed = floor_suffixes.iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
         assert!(text(&out.stdout).contains(printed), "{name} not printed");
     }
 }

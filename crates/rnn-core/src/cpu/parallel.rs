@@ -19,7 +19,7 @@ pub const HEAVY: usize = 32;
 /// is worth splitting. Measured on 2 cores, with the ops of a training step at 128 x 512
 /// or 2048 x 128 (a ReLU gradient, a bias sum, a LayerNorm): the char-GPT step of
 /// `rnn train --model gpt` takes about 7% less time than with `PAR_WORK` there
-/// (`bench/results/`).
+/// (`bench/results/2026-11-30-cpu-awake-split-2core-intel-r-xeon-r-processor-2-80ghz.md`).
 pub const AWAKE_PAR_WORK: usize = 1 << 16;
 
 thread_local! {

@@ -410,7 +410,8 @@ fn best_product_rate(squares: &[(Tensor, Tensor)], timing: TimingConfig) -> rnn:
     let mut best = 0.0_f64;
     for (a, b) in squares {
         let seconds = time_call(timing, || a.matmul(b).map(drop))?.median_seconds;
-        best = best.max(2.0 * (a.dims()[0] * a.dims()[1] * b.dims()[1]) as f64 / seconds);
+        let (m, k, n) = (a.dims()[0], a.dims()[1], b.dims()[1]);
+        best = best.max(product_flops((m, n, k, false, false)) / seconds);
     }
     Ok(best)
 }

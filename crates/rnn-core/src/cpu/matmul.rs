@@ -301,7 +301,7 @@ pub(crate) fn half_gemm_into<E: GemmInput>(
         Mat { data: p.get(l.start_offset()..).unwrap_or(&[]), rs: l.strides()[0], cs: l.strides()[1] }
     }
     let path = super::matmul_half::Path::best();
-    super::matmul_half::product_f32(path, mat(a, la), mat(b, lb), (m, n, k), acc, false);
+    super::matmul_half::product_f32(path, mat(a, la), mat(b, lb), (m, n, k), acc);
     Ok(())
 }
 

@@ -60,33 +60,20 @@ impl Path {
 
 /// What the GEMM needs of its input type beyond `GemmElem`: the bf16-pair kernel exists for bf16 only.
 pub(crate) trait GemmInput: GemmElem {
-    /// Runs `gemm` with the AVX512-BF16 kernel; false when there is none for this type.
-    fn gemm_pairs(
-        a: Mat<Self>,
-        b: Mat<Self>,
-        dims: (usize, usize, usize),
-        acc: &mut [f32],
-        par: bool,
-        add: bool,
-    ) -> bool;
+    /// `acc = a @ b` through `gemm` with the AVX512-BF16 kernel; false when there is none for
+    /// this type.
+    fn gemm_pairs(a: Mat<Self>, b: Mat<Self>, dims: (usize, usize, usize), acc: &mut [f32], par: bool) -> bool;
 }
 
 impl GemmInput for bf16 {
-    fn gemm_pairs(
-        a: Mat<bf16>,
-        b: Mat<bf16>,
-        dims: (usize, usize, usize),
-        acc: &mut [f32],
-        par: bool,
-        add: bool,
-    ) -> bool {
-        gemm::<bf16, Avx512Bf16>(a, b, dims, acc, par, add);
+    fn gemm_pairs(a: Mat<bf16>, b: Mat<bf16>, dims: (usize, usize, usize), acc: &mut [f32], par: bool) -> bool {
+        gemm::<bf16, Avx512Bf16>(a, b, dims, acc, par, false);
         true
     }
 }
 
 impl GemmInput for f16 {
-    fn gemm_pairs(_: Mat<f16>, _: Mat<f16>, _: (usize, usize, usize), _: &mut [f32], _: bool, _: bool) -> bool {
+    fn gemm_pairs(_: Mat<f16>, _: Mat<f16>, _: (usize, usize, usize), _: &mut [f32], _: bool) -> bool {
         false
     }
 }
@@ -104,26 +91,25 @@ pub(crate) fn matmul<E: GemmInput>(
 ) -> Result<()> {
     let (m, n, _) = dims;
     let mut acc = super::parallel::output_vec::<f32>(m * n)?;
-    product_f32(path, a, b, dims, &mut acc, false);
+    product_f32(path, a, b, dims, &mut acc);
     // Round once, nearest-even, NaN kept.
     E::narrow_slice(&acc, out);
     Ok(())
 }
 
-/// `acc = a @ b`, or `acc += a @ b` when `accumulate`, in f32 for one `m x n` output
-/// (row-major), with `path`'s kernels or the next ones this CPU has (see [`matmul`]).
+/// `acc = a @ b` in f32 for one `m x n` output (row-major), with `path`'s kernels or the
+/// next ones this CPU has (see [`matmul`]).
 pub(crate) fn product_f32<E: GemmInput>(
     path: Path,
     a: Mat<E>,
     b: Mat<E>,
     dims: (usize, usize, usize),
     acc: &mut [f32],
-    accumulate: bool,
 ) {
     let par = runs_parallel(dims);
-    let pairs_done = path == Path::Avx512Bf16 && path.available() && E::gemm_pairs(a, b, dims, acc, par, accumulate);
+    let pairs_done = path == Path::Avx512Bf16 && path.available() && E::gemm_pairs(a, b, dims, acc, par);
     if !pairs_done {
-        widened_gemm(path, a, b, dims, acc, (par, accumulate));
+        widened_gemm(path, a, b, dims, acc, (par, false));
     }
 }
 

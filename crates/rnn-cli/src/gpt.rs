@@ -196,6 +196,8 @@ fn write_outputs(
 }
 
 #[derive(Args, Debug)]
+// `--temperature -1` reaches the range check instead of clap's "unexpected argument '-1'".
+#[command(allow_negative_numbers = true)]
 pub struct GenerateArgs {
     /// A checkpoint written by `rnn train --model gpt`.
     #[arg(long, default_value = "rnn-out/model.safetensors")]

@@ -26,6 +26,9 @@ pub enum ModelKind {
 }
 
 #[derive(Args, Debug)]
+// `--lr -1` reaches the range check, which names the flag, instead of clap's "unexpected
+// argument '-1'".
+#[command(allow_negative_numbers = true)]
 pub struct TrainArgs {
     /// `builtin` (procedurally drawn 28x28 digits, no download) or `mnist:<dir>` (IDX files,
     /// .gz or raw; when no train file is there, the first 8,000 t10k images train and the last

@@ -169,6 +169,8 @@ fn train_reports_bad_arguments_cleanly() {
         (vec!["bench", "cpu", "--quick", "--threads", "100000"], "--threads"),
         (vec!["bench", "cpu", "--quick", "--threads", "0"], "--threads"),
         (vec!["train", "--precision", "fp8", "--samples", "100"], "unknown precision"),
+        // A negative number is a value, checked like any other.
+        (vec!["train", "--lr", "-1", "--samples", "100"], "learning_rate must be a positive number, got -1"),
     ] {
         let out = rnn(&args);
         let stderr = text(&out.stderr);

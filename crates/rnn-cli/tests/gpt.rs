@@ -74,6 +74,7 @@ fn train_gpt_then_generate() {
     };
     fails(&["--prompt", "the cow"], "character 'w' (at char 6) is not in the model's vocabulary");
     fails(&["--temperature", "0"], "temperature must be > 0");
+    fails(&["--temperature", "-1"], "temperature must be > 0 and finite, got -1");
     fails(&["--top-k", "0"], "top_k must be at least 1");
     fails(&["--prompt", ""], "at least one token");
 }

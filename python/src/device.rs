@@ -96,6 +96,22 @@ pub fn device_from_py(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Device> {
     )))
 }
 
+/// `to`'s `(device, dtype)` arguments, with a dtype given first (`t.to(rnn.float16)`, as in
+/// PyTorch) moved to its place: no device name is also a dtype name.
+pub fn device_and_dtype<'a, 'py>(
+    device: Option<&'a Bound<'py, PyAny>>,
+    dtype: Option<&'a Bound<'py, PyAny>>,
+) -> (Option<&'a Bound<'py, PyAny>>, Option<&'a Bound<'py, PyAny>>) {
+    match (device, dtype) {
+        (Some(first), None)
+            if device_from_py(Some(first)).is_err() && crate::numpy_io::dtype_from_py(first).is_ok() =>
+        {
+            (None, Some(first))
+        }
+        given => given,
+    }
+}
+
 pub fn register(_py: Python<'_>, m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyDevice>()
 }

@@ -186,8 +186,8 @@ impl PyLayer {
         self.dtype.as_str()
     }
 
-    /// Rebuilds the layer on ``device`` in ``dtype`` (either may be None: unchanged) with
-    /// the same values. The parameters are new tensors: build optimizers after moving.
+    /// Rebuilds the layer on ``device`` in ``dtype`` (either may be None: unchanged; a dtype
+    /// in the first place is the dtype, ``layer.to(rnn.float64)``) with the same values. The parameters are new tensors: build optimizers after moving.
     #[pyo3(signature = (device = None, dtype = None))]
     fn to(
         &mut self,
@@ -195,6 +195,7 @@ impl PyLayer {
         device: Option<&Bound<'_, PyAny>>,
         dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        let (device, dtype) = crate::device::device_and_dtype(device, dtype);
         let device = match device.filter(|d| !d.is_none()) {
             Some(d) => device_from_py(Some(d))?,
             None => self.device,

@@ -199,8 +199,9 @@ impl PyTensor {
     }
 
     /// Copies the tensor to ``device`` and/or converts it to ``dtype`` (``t.to("cuda:0")``,
-    /// ``t.to(dtype="f16")``). Gradients flow back through the copy. Returns ``self``
-    /// when nothing changes.
+    /// ``t.to(dtype="f16")``, or as in PyTorch ``t.to(rnn.float16)``: a dtype in the first
+    /// place is the dtype). Gradients flow back through the copy. Returns ``self`` when
+    /// nothing changes.
     #[pyo3(signature = (device = None, dtype = None))]
     fn to(
         slf: &Bound<'_, Self>,
@@ -210,6 +211,7 @@ impl PyTensor {
         let py = slf.py();
         let original = slf.borrow().inner.clone();
         let mut tensor = original.clone();
+        let (device, dtype) = crate::device::device_and_dtype(device, dtype);
         if let Some(dtype) = dtype {
             tensor = cast(py, tensor, dtype_from_py(dtype)?)?;
         }

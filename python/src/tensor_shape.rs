@@ -1,5 +1,6 @@
-//! `rnn.Tensor` reductions (sum, mean, max, min, argmax, argmin) and shape ops (reshape,
-//! transpose, permute, squeeze, ...). Shape ops are views where the core makes them views.
+//! `rnn.Tensor` reductions (sum, mean, max, min, amax, amin, argmax, argmin, var, std) and
+//! shape ops (reshape, transpose, permute, squeeze, ...). Shape ops are views where the core
+//! makes them views.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -44,9 +45,10 @@ fn apply(py: Python<'_>, t: &Tensor, f: impl FnOnce(&Tensor) -> rnn_core::Result
     Ok(PyTensor::new(run_op(py, &[t], move || f(t))?))
 }
 
-/// One Python reduction per core reduction pair (`sum` / `sum_keepdim`, ...).
+/// One Python reduction per core reduction pair (`sum` / `sum_keepdim`, ...): `name = plain,
+/// keepdim` (PyTorch's `amax` is the core's `max`).
 macro_rules! reductions {
-    ($($name:ident, $keep:ident, $doc:literal;)*) => {
+    ($($name:ident = $plain:ident, $keep:ident, $doc:literal;)*) => {
         #[pymethods]
         impl PyTensor {$(
             #[doc = $doc]
@@ -56,19 +58,42 @@ macro_rules! reductions {
             #[pyo3(signature = (dim = None, keepdim = false))]
             fn $name(&self, py: Python<'_>, dim: Option<&Bound<'_, PyAny>>, keepdim: bool) -> PyResult<PyTensor> {
                 let dims = reduce_dims(&self.inner, dim)?;
-                apply(py, &self.inner, move |t| if keepdim { t.$keep(dims) } else { t.$name(dims) })
+                apply(py, &self.inner, move |t| if keepdim { t.$keep(dims) } else { t.$plain(dims) })
             }
         )*}
     };
 }
 
 reductions! {
-    sum, sum_keepdim, "The sum over ``dim`` (integer tensors sum into i64, as in PyTorch).";
-    mean, mean_keepdim, "The mean over ``dim``.";
-    max, max_keepdim, "The largest value over ``dim`` (NaN if any is NaN); values only, see ``argmax``.";
-    min, min_keepdim, "The smallest value over ``dim`` (NaN if any is NaN); values only, see ``argmin``.";
-    argmax, argmax_keepdim, "The i64 position of the largest value along ``dim`` (over the flattened dims when several or None); the first of ties.";
-    argmin, argmin_keepdim, "The i64 position of the smallest value along ``dim``; the first of ties.";
+    sum = sum, sum_keepdim, "The sum over ``dim`` (integer tensors sum into i64, as in PyTorch).";
+    mean = mean, mean_keepdim, "The mean over ``dim``.";
+    max = max, max_keepdim, "The largest value over ``dim`` (NaN if any is NaN); values only, see ``argmax``.";
+    min = min, min_keepdim, "The smallest value over ``dim`` (NaN if any is NaN); values only, see ``argmin``.";
+    argmax = argmax, argmax_keepdim, "The i64 position of the largest value along ``dim`` (over the flattened dims when several or None); the first of ties.";
+    argmin = argmin, argmin_keepdim, "The i64 position of the smallest value along ``dim``; the first of ties.";
+    amax = max, max_keepdim, "Same as ``max``: values only, and ties share the gradient evenly, as ``torch.amax``.";
+    amin = min, min_keepdim, "Same as ``min``, as ``torch.amin``.";
+}
+
+/// Variance and standard deviation with PyTorch's ``correction``: one Python method per core
+/// method taking `(dims, correction, keepdim)`.
+macro_rules! spreads {
+    ($($name:ident = $core:ident, $doc:literal;)*) => {
+        #[pymethods]
+        impl PyTensor {$(
+            #[doc = $doc]
+            #[pyo3(signature = (dim = None, keepdim = false, *, correction = 1.0))]
+            fn $name(&self, py: Python<'_>, dim: Option<&Bound<'_, PyAny>>, keepdim: bool, correction: f64) -> PyResult<PyTensor> {
+                let dims = reduce_dims(&self.inner, dim)?;
+                apply(py, &self.inner, move |t| t.$core(dims, correction, keepdim))
+            }
+        )*}
+    };
+}
+
+spreads! {
+    var = var_with, "The variance over ``dim`` (None: all dims), divided by ``n - correction``: 1 (the default) is the unbiased estimate, 0 the population variance, as ``torch.var``.";
+    std = std_with, "The square root of ``var`` (same arguments), as ``torch.std``; its gradient is NaN where a slice is constant, as PyTorch's.";
 }
 
 #[pymethods]

@@ -51,6 +51,11 @@ def test_cpu_tensors_report_their_device():
     assert t.device == rnn.Device("cpu")
     assert t.to("cpu") is t and t.cpu() is t
     assert t.to(dtype="f64").dtype == "f64"
+    # A dtype in the device's place is the dtype, as in PyTorch's t.to(torch.float16).
+    assert t.to(rnn.float16).dtype == "f16" and t.to(np.float64).dtype == "f64"
+    assert t.to(rnn.float32) is t
+    with pytest.raises(ValueError, match="unknown device"):
+        t.to("tpu:0")
 
 
 @pytest.mark.parametrize("device", gpu_devices())

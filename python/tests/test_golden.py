@@ -20,7 +20,7 @@ FIXTURE = pathlib.Path(__file__).resolve().parents[2] / "crates/rnn-core/tests/g
 TOLERANCE = {"f64": 1e-10, "f32": 1e-5}
 
 # Core ops the Python Tensor has no method for (they are used by rnn.nn's layers).
-NOT_IN_PYTHON_API = {"where_cond", "masked_fill", "var", "var_all", "gather", "scatter_add", "one_hot"}
+NOT_IN_PYTHON_API = {"where_cond", "masked_fill", "gather", "scatter_add", "one_hot"}
 
 # Core unary op names that Python spells like PyTorch.
 UNARY_NAMES = {"recip": "reciprocal", "sqr": "square"}
@@ -69,9 +69,9 @@ def apply(op, xs):
         return CMP[op["fn"]](*xs)
     if kind == "clamp":
         return xs[0].clamp(op["min"], op["max"])
-    if kind in ("sum", "mean", "max", "min"):
+    if kind in ("sum", "mean", "max", "min", "var"):
         return getattr(xs[0], kind)(dim=op["dims"], keepdim=op["keepdim"])
-    if kind in ("sum_all", "mean_all", "max_all", "min_all"):
+    if kind in ("sum_all", "mean_all", "max_all", "min_all", "var_all"):
         return getattr(xs[0], kind[: -len("_all")])()
     if kind in ("argmax", "argmin"):
         return getattr(xs[0], kind)(dim=op["dim"], keepdim=op["keepdim"])

@@ -194,6 +194,9 @@ def test_to_dtype_keeps_values():
     assert layer.weight.dtype == "f64"
     np.testing.assert_array_equal(layer.weight.numpy(), w.astype(np.float64))
     assert layer(np.ones((1, 3))).dtype == "f64"
+    layer.to(rnn.float32)  # a dtype in the first place, as torch's module.to(torch.float32)
+    assert layer.weight.dtype == "f32"
+    np.testing.assert_array_equal(layer.weight.numpy(), w)
 
 
 def test_bad_layer_configs_are_value_errors():

@@ -122,6 +122,48 @@ def test_reductions_match_numpy(name, dim, keepdim):
     close(getattr(rnn.Tensor(a), name)(dim=dim, keepdim=keepdim), expected)
 
 
+@pytest.mark.parametrize("name", ["var", "std"])
+@pytest.mark.parametrize("dim", [None, 0, -1, (0, 2)], ids=str)
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("correction", [1, 0])
+def test_var_and_std_match_numpy(name, dim, keepdim, correction):
+    a = rand(2, 3, 4)
+    expected = getattr(np, name)(a.astype(np.float64), axis=dim, keepdims=keepdim, ddof=correction)
+    out = getattr(rnn.Tensor(a), name)(dim, keepdim, correction=correction)
+    close(out, expected.astype(np.float32))
+
+
+def test_std_gradient_against_finite_differences():
+    a = RNG.standard_normal((3, 5))
+    x = rnn.Tensor(a, requires_grad=True)
+    x.std(1).sum().backward()
+    eps, numeric = 1e-6, np.zeros_like(a)
+    for i in np.ndindex(a.shape):
+        up, down = a.copy(), a.copy()
+        up[i] += eps
+        down[i] -= eps
+        numeric[i] = (np.std(up, axis=1, ddof=1).sum() - np.std(down, axis=1, ddof=1).sum()) / (2 * eps)
+    np.testing.assert_allclose(x.grad.numpy(), numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_std_of_a_constant_slice_has_a_nan_gradient_as_in_pytorch():
+    x = rnn.Tensor(np.ones((2, 3)), requires_grad=True)
+    y = x.std(1)
+    np.testing.assert_array_equal(y.numpy(), [0.0, 0.0])
+    y.sum().backward()
+    assert np.isnan(x.grad.numpy()).all()
+
+
+def test_amax_and_amin_are_max_and_min_and_split_ties():
+    a = np.array([[1.0, 3.0, 3.0], [2.0, -1.0, 0.5]], dtype=np.float32)
+    np.testing.assert_array_equal(rnn.Tensor(a).amax(1).numpy(), a.max(axis=1))
+    np.testing.assert_array_equal(rnn.Tensor(a).amin(0, keepdim=True).numpy(), a.min(axis=0, keepdims=True))
+    x = rnn.Tensor(a, requires_grad=True)
+    x.amax(1).sum().backward()
+    # torch.amax: tied maxima share the gradient evenly.
+    np.testing.assert_array_equal(x.grad.numpy(), [[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]])
+
+
 def test_argmax_and_argmin():
     a = rand(3, 5)
     for dim in (0, 1, -1):

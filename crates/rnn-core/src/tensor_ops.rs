@@ -220,20 +220,36 @@ impl Tensor {
 
     /// Unbiased variance (divides by n - 1, as PyTorch's default).
     pub fn var(&self, dims: impl Dims) -> Result<Tensor> {
-        self.var_impl(dims, false)
+        self.var_with(dims, 1.0, false)
     }
     pub fn var_keepdim(&self, dims: impl Dims) -> Result<Tensor> {
-        self.var_impl(dims, true)
+        self.var_with(dims, 1.0, true)
     }
-    fn var_impl(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+    /// The variance over `dims` divided by `n - correction` (PyTorch's `var(dim, correction=,
+    /// keepdim=)`: 1 is the unbiased estimate, 0 the population variance). With
+    /// `n <= correction` the division is by zero or less, as in PyTorch (inf or NaN).
+    pub fn var_with(&self, dims: impl Dims, correction: f64, keepdim: bool) -> Result<Tensor> {
         self.expect_float("var")?;
         let dims = dims.to_indexes(self.shape(), "var")?;
         let n: usize = dims.iter().map(|&d| self.dims()[d]).product();
         // The mean is detached: its gradient term, sum(x - mean) = 0, vanishes exactly, and
-        // PyTorch's formula 2 (x - mean) / (n - 1) leaves it out (with an infinite x the
-        // term would be NaN and spread over the whole slice).
+        // PyTorch's formula 2 (x - mean) / (n - correction) leaves it out (with an infinite x
+        // the term would be NaN and spread over the whole slice).
         let centered = self.sub(&self.mean_keepdim(dims.clone())?.detach())?;
-        centered.sqr()?.reduce(dims, ReduceOp::Sum, keepdim)?.div_scalar(n as f64 - 1.0)
+        centered.sqr()?.reduce(dims, ReduceOp::Sum, keepdim)?.div_scalar(n as f64 - correction)
+    }
+
+    /// Unbiased standard deviation: the square root of `var`. Its gradient is NaN where the
+    /// slice is constant (0 / 0), as PyTorch's.
+    pub fn std(&self, dims: impl Dims) -> Result<Tensor> {
+        self.std_with(dims, 1.0, false)
+    }
+    pub fn std_keepdim(&self, dims: impl Dims) -> Result<Tensor> {
+        self.std_with(dims, 1.0, true)
+    }
+    /// The square root of `var_with`.
+    pub fn std_with(&self, dims: impl Dims, correction: f64, keepdim: bool) -> Result<Tensor> {
+        self.var_with(dims, correction, keepdim)?.sqrt()
     }
 
     /// PyTorch's `mean` and `var` refuse integer tensors (they could not infer the result's

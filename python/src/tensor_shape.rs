@@ -1,6 +1,6 @@
-//! `rnn.Tensor` reductions (sum, mean, max, min, amax, amin, argmax, argmin, var, std) and
-//! shape ops (reshape, transpose, permute, squeeze, ...). Shape ops are views where the core
-//! makes them views.
+//! `rnn.Tensor` reductions (sum, mean, max, min, amax, amin, argmax, argmin, logsumexp, var,
+//! std) and shape ops (reshape, transpose, permute, squeeze, ...). Shape ops are views where
+//! the core makes them views.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -73,6 +73,7 @@ reductions! {
     argmin = argmin, argmin_keepdim, "The i64 position of the smallest value along ``dim``; the first of ties.";
     amax = max, max_keepdim, "Same as ``max``: values only, and ties share the gradient evenly, as ``torch.amax``.";
     amin = min, min_keepdim, "Same as ``min``, as ``torch.amin``.";
+    logsumexp = logsumexp, logsumexp_keepdim, "``log(sum(exp(x)))`` over ``dim``, computed stably (as ``torch.logsumexp``: a slice of -inf gives -inf); its gradient is the softmax.";
 }
 
 /// Variance and standard deviation with PyTorch's ``correction``: one Python method per core

@@ -69,9 +69,10 @@ def apply(op, xs):
         return CMP[op["fn"]](*xs)
     if kind == "clamp":
         return xs[0].clamp(op["min"], op["max"])
-    if kind in ("sum", "mean", "max", "min", "var"):
-        return getattr(xs[0], kind)(dim=op["dims"], keepdim=op["keepdim"])
-    if kind in ("sum_all", "mean_all", "max_all", "min_all", "var_all"):
+    if kind in ("sum", "mean", "max", "min", "var", "std", "logsumexp"):
+        extra = {"correction": op["correction"]} if "correction" in op else {}
+        return getattr(xs[0], kind)(dim=op["dims"], keepdim=op["keepdim"], **extra)
+    if kind in ("sum_all", "mean_all", "max_all", "min_all", "var_all", "std_all", "logsumexp_all"):
         return getattr(xs[0], kind[: -len("_all")])()
     if kind in ("argmax", "argmin"):
         return getattr(xs[0], kind)(dim=op["dim"], keepdim=op["keepdim"])

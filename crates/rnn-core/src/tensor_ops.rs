@@ -252,6 +252,28 @@ impl Tensor {
         self.var_with(dims, correction, keepdim)?.sqrt()
     }
 
+    /// `log(sum(exp(x)))` over `dims`, computed stably: shifted by the slice's largest value
+    /// (by 0 where that is infinite or NaN, as PyTorch: a slice of -inf gives -inf, one with
+    /// +inf gives +inf, one with NaN NaN). Its gradient is `softmax(x)` over the slice.
+    pub fn logsumexp(&self, dims: impl Dims) -> Result<Tensor> {
+        self.logsumexp_impl(dims, false)
+    }
+    pub fn logsumexp_keepdim(&self, dims: impl Dims) -> Result<Tensor> {
+        self.logsumexp_impl(dims, true)
+    }
+    fn logsumexp_impl(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        self.expect_float("logsumexp")?;
+        let dims = dims.to_indexes(self.shape(), "logsumexp")?;
+        // The shift is detached: the result does not depend on it, so its gradient terms
+        // cancel exactly. `m - m == 0` holds where m is finite only.
+        let m = self.max_keepdim(dims.clone())?.detach();
+        let zero = m.zeros_like()?;
+        let shift = m.sub(&m)?.eq(&zero)?.where_cond(&m, &zero)?;
+        let sum = self.sub(&shift)?.exp()?.reduce(dims, ReduceOp::Sum, keepdim)?;
+        let shift = if keepdim { shift } else { shift.reshape(sum.dims().to_vec())? };
+        sum.log()?.add(&shift)
+    }
+
     /// PyTorch's `mean` and `var` refuse integer tensors (they could not infer the result's
     /// dtype): so do ours, rather than rounding the result to an integer.
     fn expect_float(&self, op: &'static str) -> Result<()> {

@@ -186,8 +186,20 @@ fn apply(op: &Value, xs: &[Tensor]) -> std::result::Result<Result<Tensor>, Strin
         "max" => Some((|x, d| x.max(d), |x, d| x.max_keepdim(d), |x| x.max_all())),
         "min" => Some((|x, d| x.min(d), |x, d| x.min_keepdim(d), |x| x.min_all())),
         "var" => Some((|x, d| x.var(d), |x, d| x.var_keepdim(d), |x| x.var(AllDims))),
+        "std" => Some((|x, d| x.std(d), |x, d| x.std_keepdim(d), |x| x.std(AllDims))),
+        "logsumexp" => Some((|x, d| x.logsumexp(d), |x, d| x.logsumexp_keepdim(d), |x| x.logsumexp(AllDims))),
         _ => None,
     };
+    // var / std with PyTorch's `correction` (the plain forms above divide by n - 1).
+    if let Ok(correction) = field(op, "correction").and_then(as_f64) {
+        arity(name, xs, 1)?;
+        let (dims, keep) = (i64s(field(op, "dims")?)?, keepdim()?);
+        return match name {
+            "var" => Ok(xs[0].var_with(dims, correction, keep)),
+            "std" => Ok(xs[0].std_with(dims, correction, keep)),
+            _ => Err(format!("op '{name}' takes no correction")),
+        };
+    }
     if let Some((plain, keep, all)) = reduction {
         arity(name, xs, 1)?;
         return Ok(if name.ends_with("_all") {

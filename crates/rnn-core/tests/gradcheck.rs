@@ -383,6 +383,8 @@ fn reduce_cases() -> Vec<Case> {
         case("var_keepdim(2) transposed", vec![x().t()], |x| x[0].var_keepdim(2)),
         case("var_with(1, correction 0)", vec![x()], |x| x[0].var_with(1, 0.0, false)),
         case("std(2)", vec![x()], |x| x[0].std(2)),
+        case("logsumexp(1)", vec![x()], |x| x[0].logsumexp(1)),
+        case("logsumexp_keepdim([0,2]) transposed", vec![x().t()], |x| x[0].logsumexp_keepdim([0, 2])),
         case("std_with([0,2], correction 0, keepdim)", vec![x().narrowed()], |x| x[0].std_with([0, 2], 0.0, true)),
         case("sum_keepdim(0)", vec![x()], |x| x[0].sum_keepdim(0)),
         case("sum_all", vec![x()], |x| x[0].sum_all()),

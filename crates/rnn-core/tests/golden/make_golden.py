@@ -259,7 +259,10 @@ RED = {
     "var": lambda x, d, k: torch.var(x, d, unbiased=True, keepdim=k),
 }
 RED_DIMS = [([1], False), ([0], True), ([-1], True), ([0, 2], False), ([1, 2], True), ([0, 1, 2], False)]
-for name, fn in RED.items():
+
+
+def reduction_cases(name, fn):
+    """The reduction over each of RED_DIMS, over a transposed input, and over all dims."""
     for dims, keep in RED_DIMS:
         tag = "_".join(str(d).replace("-", "m") for d in dims) + ("_keep" if keep else "")
         case(f"reduce_{name}_{tag}", {"op": name, "dims": dims, "keepdim": keep}, [f(distinct((2, 3, 4)))],
@@ -267,6 +270,10 @@ for name, fn in RED.items():
     case(f"reduce_{name}_transposed", {"op": name, "dims": [1], "keepdim": False},
          [f(distinct((4, 3)), transpose=[0, 1])], lambda x, fn=fn: fn(x, [1], False))
     case(f"reduce_{name}_all", {"op": name + "_all"}, [f(distinct((3, 4)))], lambda x, fn=fn: fn(x, [0, 1], False))
+
+
+for name, fn in RED.items():
+    reduction_cases(name, fn)
 
 for name, fn in (("argmax", torch.argmax), ("argmin", torch.argmin)):
     for dim, keep in ((1, False), (0, True), (-1, False), (2, True)):
@@ -447,6 +454,29 @@ for name in ("max", "min"):
              lambda x, dims=dims, keep=keep, fn=fn: fn(x, dims, keep))
     case(f"ties_reduce_{name}_all", {"op": name + "_all"}, [f(TIES)],
          lambda x, name=name: getattr(torch, name)(x))
+
+# ---------------------------------------------------------------- added later
+# Drawn after every case above, so those keep their inputs when this file is regenerated.
+LATER = {
+    "std": lambda x, d, k: torch.std(x, d, keepdim=k),
+    "logsumexp": lambda x, d, k: torch.logsumexp(x, d, keepdim=k),
+}
+for name, fn in LATER.items():
+    reduction_cases(name, fn)
+    case(f"nonfinite_reduce_{name}_1", {"op": name, "dims": [1], "keepdim": False}, [f(RED_SPECIAL)],
+         lambda x, fn=fn: fn(x, [1], False))
+    case(f"nonfinite_reduce_{name}_0", {"op": name, "dims": [0], "keepdim": True}, [f(RED_SPECIAL)],
+         lambda x, fn=fn: fn(x, [0], True))
+# The population variance and deviation (correction=0).
+for name in ("var", "std"):
+    for dims, keep in (([1], False), ([0, 2], True)):
+        tag = "_".join(map(str, dims)) + ("_keep" if keep else "")
+        case(f"reduce_{name}_{tag}_correction0", {"op": name, "dims": dims, "keepdim": keep, "correction": 0},
+             [f(distinct((2, 3, 4)))],
+             lambda x, name=name, dims=dims, keep=keep: getattr(torch, name)(x, dims, correction=0, keepdim=keep))
+# Rows with a NaN, +inf, -inf, all -inf (-inf), two +inf (+inf).
+case("nonfinite_logsumexp_rows", {"op": "logsumexp", "dims": [-1], "keepdim": False}, [f(SOFTMAX_SPECIAL)],
+     lambda x: torch.logsumexp(x, -1))
 
 doc = {
     "format": 1,

@@ -45,6 +45,11 @@ unary_methods! {
     gelu_erf => gelu_erf, "GELU, exact (erf) form (PyTorch's default ``gelu``).";
     silu => silu, "``x * sigmoid(x)``.";
     softplus => softplus, "``log(1 + exp(x))``.";
+    floor => floor, "The largest integer not above ``x`` (NaN, infinities and -0.0 kept; gradient zero).";
+    ceil => ceil, "The smallest integer not below ``x``.";
+    round => round, "The nearest integer, halves to the even one (as ``torch.round``).";
+    trunc => trunc, "The integer part, toward zero.";
+    sign => sign, "-1, 0 or 1 (0 at NaN, as ``torch.sign``).";
 }
 
 #[pymethods]

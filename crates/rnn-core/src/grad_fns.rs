@@ -113,7 +113,10 @@ pub(crate) fn unary_grad(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Res
             g.mul(&s.mul(&x.mul(&s.neg()?.add_scalar(1.0)?)?.add_scalar(1.0)?)?)
         }
         UnaryOp::Softplus => g.mul(&x.sigmoid()?),
-        UnaryOp::Step => g.zeros_like(),
+        // Piecewise constant: zero, as PyTorch's (also at the steps).
+        UnaryOp::Step | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc | UnaryOp::Sign => {
+            g.zeros_like()
+        }
     }
 }
 

@@ -104,6 +104,8 @@ pub trait Float: num_traits::Float + Elem {
     fn vtanh(self) -> Self {
         self.tanh()
     }
+    /// The nearest integer, halves to the even one.
+    fn round_half_even(self) -> Self;
     /// A constant of this type.
     fn c(v: f64) -> Self {
         <Self as crate::WithDType>::from_f64(v)
@@ -113,6 +115,10 @@ pub trait Float: num_traits::Float + Elem {
 impl Float for f32 {
     fn erf(self) -> Self {
         libm::erff(self)
+    }
+    #[inline(always)]
+    fn round_half_even(self) -> Self {
+        self.round_ties_even()
     }
     #[inline(always)]
     fn vexp(self) -> Self {
@@ -126,6 +132,10 @@ impl Float for f32 {
 impl Float for f64 {
     fn erf(self) -> Self {
         libm::erf(self)
+    }
+    #[inline(always)]
+    fn round_half_even(self) -> Self {
+        self.round_ties_even()
     }
 }
 

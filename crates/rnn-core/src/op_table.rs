@@ -86,6 +86,14 @@ unary_table! {
     Silu     "silu"     |x| x * sigmoid(x),       cuda: "(x / (1 + exp(-x)))", wgsl: "(x / (1.0 + exp(-x)))";
     Softplus "softplus" |x| softplus(x),          cuda: "(fmax(x, 0) + log1p(exp(-fabs(x))))", wgsl: "(max(x, 0.0) + log(1.0 + exp(-abs(x))))";
     Step     "step"     |x| if x > F::c(0.0) { F::c(1.0) } else { F::c(0.0) }, cuda: "(x > 0 ? 1 : 0)", wgsl: "select(0.0, 1.0, x > 0.0)";
+    // Rounding keeps NaN, the infinities and the sign of zero; `round` sends halves to the
+    // even neighbour, as PyTorch (CUDA's rint and WGSL's round do).
+    Floor    "floor"    |x| x.floor(),            cuda: "floor(x)",         wgsl: "floor(x)";
+    Ceil     "ceil"     |x| x.ceil(),             cuda: "ceil(x)",          wgsl: "ceil(x)";
+    Round    "round"    |x| x.round_half_even(),  cuda: "rint(x)",          wgsl: "round(x)";
+    Trunc    "trunc"    |x| x.trunc(),            cuda: "trunc(x)",         wgsl: "trunc(x)";
+    // 0 at NaN and at either zero, as PyTorch's sign.
+    Sign     "sign"     |x| if x > F::c(0.0) { F::c(1.0) } else if x < F::c(0.0) { F::c(-1.0) } else { F::c(0.0) }, cuda: "(x > 0 ? 1 : (x < 0 ? -1 : 0))", wgsl: "select(select(0.0, -1.0, x < 0.0), 1.0, x > 0.0)";
 }
 
 #[inline(always)]

@@ -23,6 +23,7 @@ unary_methods!(
     neg => Neg, abs => Abs, exp => Exp, log => Log, sqrt => Sqrt, recip => Recip, sqr => Sqr,
     sin => Sin, cos => Cos, tanh => Tanh, erf => Erf, sigmoid => Sigmoid, relu => Relu,
     gelu => Gelu, gelu_erf => GeluErf, silu => Silu, softplus => Softplus, step => Step,
+    floor => Floor, ceil => Ceil, round => Round, trunc => Trunc, sign => Sign,
 );
 
 macro_rules! binary_methods {

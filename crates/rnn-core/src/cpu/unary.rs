@@ -72,6 +72,7 @@ struct CpuUnary<'a> {
 pub(crate) fn work_of(op: UnaryOp) -> usize {
     match op {
         UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Recip | UnaryOp::Sqr | UnaryOp::Relu | UnaryOp::Step => 1,
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc | UnaryOp::Sign => 1,
         _ => HEAVY,
     }
 }

@@ -478,6 +478,15 @@ for name in ("var", "std"):
 case("nonfinite_logsumexp_rows", {"op": "logsumexp", "dims": [-1], "keepdim": False}, [f(SOFTMAX_SPECIAL)],
      lambda x: torch.logsumexp(x, -1))
 
+# Rounding and sign: gradient zero, NaN / infinities / signed zeros kept (sign: 0 at NaN).
+ROUNDING = {"floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc, "sign": torch.sign}
+for name, fn in ROUNDING.items():
+    case(f"unary_{name}", {"op": "unary", "fn": name}, [f(rand((3, 4), -3.0, 3.0))], fn)
+    case(f"nonfinite_unary_{name}", {"op": "unary", "fn": name}, [f(UNARY_SPECIAL)], fn)
+# Halves go to the even neighbour.
+case("unary_round_halves", {"op": "unary", "fn": "round"}, [f(torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5], dtype=F64))],
+     torch.round)
+
 doc = {
     "format": 1,
     "generator": "crates/rnn-core/tests/golden/make_golden.py",

@@ -76,6 +76,52 @@ fn full(
     create(py, shape, dtype, device, requires_grad, move |s, d, dev| Tensor::full(value, s, d, dev))
 }
 
+/// A tensor of ``input``'s shape filled with ``value``, in ``input``'s dtype and device
+/// unless ``dtype`` / ``device`` say otherwise (``torch.full_like``).
+#[pyfunction]
+#[pyo3(signature = (input, value, dtype = None, device = None, requires_grad = false))]
+fn full_like(
+    py: Python<'_>,
+    input: &Bound<'_, PyAny>,
+    value: f64,
+    dtype: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<PyTensor> {
+    let like = tensor_from_py(input)?;
+    let dtype = dtype.filter(|d| !d.is_none()).map_or(Ok(like.dtype()), dtype_from_py)?;
+    let device = match device.filter(|d| !d.is_none()) {
+        Some(d) => device_from_py(Some(d))?,
+        None => like.device(),
+    };
+    let shape = like.dims().to_vec();
+    let t = without_gil(py, move || Tensor::full(value, shape, dtype, device))?;
+    Ok(PyTensor::new(if requires_grad { t.requires_grad() } else { t }))
+}
+
+/// `full_like` with a fixed value: `zeros_like`, `ones_like`.
+macro_rules! constant_like {
+    ($($name:ident => $value:literal, $doc:literal;)*) => {$(
+        #[doc = $doc]
+        #[pyfunction]
+        #[pyo3(signature = (input, dtype = None, device = None, requires_grad = false))]
+        fn $name(
+            py: Python<'_>,
+            input: &Bound<'_, PyAny>,
+            dtype: Option<&Bound<'_, PyAny>>,
+            device: Option<&Bound<'_, PyAny>>,
+            requires_grad: bool,
+        ) -> PyResult<PyTensor> {
+            full_like(py, input, $value, dtype, device, requires_grad)
+        }
+    )*};
+}
+
+constant_like! {
+    zeros_like => 0.0, "Zeros of ``input``'s shape, dtype and device (``torch.zeros_like``).";
+    ones_like => 1.0, "Ones of ``input``'s shape, dtype and device (``torch.ones_like``).";
+}
+
 /// Uniform random values in ``[low, high)`` (seeded by ``rnn.manual_seed``).
 #[pyfunction]
 #[pyo3(signature = (*shape, low = 0.0, high = 1.0, dtype = None, device = None, requires_grad = false))]
@@ -165,6 +211,9 @@ pub fn register(_py: Python<'_>, m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(zeros, m)?)?;
     m.add_function(wrap_pyfunction!(ones, m)?)?;
     m.add_function(wrap_pyfunction!(full, m)?)?;
+    m.add_function(wrap_pyfunction!(full_like, m)?)?;
+    m.add_function(wrap_pyfunction!(zeros_like, m)?)?;
+    m.add_function(wrap_pyfunction!(ones_like, m)?)?;
     m.add_function(wrap_pyfunction!(rand, m)?)?;
     m.add_function(wrap_pyfunction!(randn, m)?)?;
     m.add_function(wrap_pyfunction!(arange, m)?)?;

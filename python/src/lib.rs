@@ -22,9 +22,11 @@ pub mod nn;
 mod numpy_io;
 pub mod optim;
 pub mod tensor;
+mod tensor_alias;
 mod tensor_index;
 mod tensor_math;
 mod tensor_ops;
+mod tensor_select;
 mod tensor_shape;
 
 #[pymodule]
@@ -34,6 +36,7 @@ fn _rnn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     device::register(py, m)?;
     tensor::register(py, m)?;
     creation::register(py, m)?;
+    tensor_select::register(py, m)?;
     autograd::register(py, m)?;
     nn::register(py, m)?;
     optim::register(py, m)?;

@@ -203,7 +203,7 @@ impl PyTensor {
     /// place is the dtype). Gradients flow back through the copy. Returns ``self`` when
     /// nothing changes.
     #[pyo3(signature = (device = None, dtype = None))]
-    fn to(
+    pub(crate) fn to(
         slf: &Bound<'_, Self>,
         device: Option<&Bound<'_, PyAny>>,
         dtype: Option<&Bound<'_, PyAny>>,

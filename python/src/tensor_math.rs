@@ -56,7 +56,7 @@ unary_methods! {
 impl PyTensor {
     /// Limits every element to ``[min, max]`` (NaN stays NaN); either bound may be None.
     #[pyo3(signature = (min = None, max = None))]
-    fn clamp(&self, py: Python<'_>, min: Option<f64>, max: Option<f64>) -> PyResult<PyTensor> {
+    pub(crate) fn clamp(&self, py: Python<'_>, min: Option<f64>, max: Option<f64>) -> PyResult<PyTensor> {
         let (lo, hi) = (min.unwrap_or(f64::NEG_INFINITY), max.unwrap_or(f64::INFINITY));
         apply(py, &self.inner, move |t| t.clamp(lo, hi))
     }

@@ -90,6 +90,45 @@ fn compare(py: Python<'_>, lhs: &Tensor, rhs: &Bound<'_, PyAny>, op: CmpOp) -> P
     Ok(PyTensor::new(out))
 }
 
+/// PyTorch's named forms of the operators: ``t.add(u)`` is ``t + u``, ``t.lt(u)`` is ``t < u``.
+macro_rules! named_operators {
+    (binary { $($name:ident => $op:ident, $doc:literal;)* } compare { $($cname:ident => $cop:ident, $cdoc:literal;)* }) => {
+        #[pymethods]
+        impl PyTensor {
+            $(
+                #[doc = $doc]
+                fn $name(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+                    binary(py, &self.inner, other, BinaryOp::$op, false)
+                }
+            )*
+            $(
+                #[doc = $cdoc]
+                fn $cname(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+                    compare(py, &self.inner, other, CmpOp::$cop)
+                }
+            )*
+        }
+    };
+}
+
+named_operators! {
+    binary {
+    add => Add, "``self + other`` (a Tensor or a number, broadcast).";
+    sub => Sub, "``self - other``.";
+    mul => Mul, "``self * other``.";
+    div => Div, "``self / other`` (true division, as ``torch.div``).";
+    pow => Pow, "``self ** other``.";
+    }
+    compare {
+    eq => Eq, "``self == other`` as a u8 mask.";
+    ne => Ne, "``self != other`` as a u8 mask.";
+    lt => Lt, "``self < other`` as a u8 mask.";
+    le => Le, "``self <= other`` as a u8 mask.";
+    gt => Gt, "``self > other`` as a u8 mask.";
+    ge => Ge, "``self >= other`` as a u8 mask.";
+    }
+}
+
 /// Operators. Results are new tensors; broadcasting follows numpy's rules.
 #[pymethods]
 impl PyTensor {

@@ -41,7 +41,11 @@ fn target_shape(t: &Tensor, args: &Bound<'_, PyTuple>) -> PyResult<Vec<usize>> {
 }
 
 /// Runs a core op on `t` and wraps the result.
-fn apply(py: Python<'_>, t: &Tensor, f: impl FnOnce(&Tensor) -> rnn_core::Result<Tensor> + Send) -> PyResult<PyTensor> {
+pub(crate) fn apply(
+    py: Python<'_>,
+    t: &Tensor,
+    f: impl FnOnce(&Tensor) -> rnn_core::Result<Tensor> + Send,
+) -> PyResult<PyTensor> {
     Ok(PyTensor::new(run_op(py, &[t], move || f(t))?))
 }
 

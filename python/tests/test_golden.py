@@ -20,7 +20,7 @@ FIXTURE = pathlib.Path(__file__).resolve().parents[2] / "crates/rnn-core/tests/g
 TOLERANCE = {"f64": 1e-10, "f32": 1e-5}
 
 # Core ops the Python Tensor has no method for (they are used by rnn.nn's layers).
-NOT_IN_PYTHON_API = {"where_cond", "masked_fill", "gather", "scatter_add", "one_hot"}
+NOT_IN_PYTHON_API = {"scatter_add", "one_hot"}
 
 # Core unary op names that Python spells like PyTorch.
 UNARY_NAMES = {"recip": "reciprocal", "sqr": "square"}
@@ -82,6 +82,12 @@ def apply(op, xs):
         return xs[0] @ xs[1]
     if kind == "index_select":
         return xs[0][along(op["dim"], xs[0].ndim, xs[1])]
+    if kind == "gather":
+        return xs[0].gather(op["dim"], xs[1])
+    if kind == "where_cond":
+        return rnn.where(*xs)
+    if kind == "masked_fill":
+        return xs[0].masked_fill(xs[1], op["value"])
     if kind in ("cat", "stack"):
         return getattr(rnn, kind)(xs, dim=op["dim"])
     if kind == "narrow":

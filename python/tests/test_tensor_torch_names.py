@@ -1,0 +1,118 @@
+"""PyTorch's other spellings on rnn.Tensor (named operators, casts, size / dim, selection,
+isnan / isinf / isfinite) and rnn.where / zeros_like / ones_like / full_like, against numpy."""
+
+import operator
+
+import numpy as np
+import pytest
+
+import rnn
+
+RNG = np.random.default_rng(7)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+NAMED = {
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "div": operator.truediv,
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+}
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_named_operators_are_the_operators(name):
+    a, b = rand(3, 4), rand(4)
+    b[1] = a[0, 1]  # a tie for the comparisons
+    ta, tb = rnn.Tensor(a), rnn.Tensor(b)
+    np.testing.assert_array_equal(getattr(ta, name)(tb).numpy(), NAMED[name](ta, tb).numpy())
+    np.testing.assert_array_equal(getattr(ta, name)(0.5).numpy(), NAMED[name](ta, 0.5).numpy())
+
+
+def test_pow_is_the_power_operator():
+    a = np.abs(rand(5)) + 0.1
+    np.testing.assert_allclose(rnn.Tensor(a).pow(2.5).numpy(), a**2.5, rtol=1e-6)
+
+
+def test_casts_and_sizes():
+    t = rnn.Tensor(np.array([[1.5, -2.0, 3.25]], dtype=np.float32))
+    assert t.float() is t
+    assert [t.double().dtype, t.half().dtype, t.bfloat16().dtype, t.long().dtype] == ["f64", "f16", "bf16", "i64"]
+    np.testing.assert_array_equal(t.long().numpy(), [[1, -2, 3]])
+    assert t.size() == (1, 3) and t.size(1) == 3 and t.size(-2) == 1 and t.dim() == 2
+    with pytest.raises(IndexError, match="out of range"):
+        t.size(2)
+    x = rnn.Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    x.float().sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 1.0])
+
+
+def test_clip_is_clamp():
+    a = rand(10)
+    np.testing.assert_array_equal(rnn.Tensor(a).clip(-0.5, 0.5).numpy(), np.clip(a, -0.5, 0.5))
+
+
+def test_masked_fill_and_where():
+    a, b = rand(3, 4), rand(3, 4)
+    mask = a > 0
+    np.testing.assert_array_equal(rnn.Tensor(a).masked_fill(mask, -1.0).numpy(), np.where(mask, -1.0, a))
+    np.testing.assert_array_equal(rnn.Tensor(a).masked_fill(mask[0], 2.0).numpy(), np.where(mask[0], 2.0, a))
+    np.testing.assert_array_equal(rnn.Tensor(a).where(mask, rnn.Tensor(b)).numpy(), np.where(mask, a, b))
+    np.testing.assert_array_equal(rnn.where(mask, a, b).numpy(), np.where(mask, a, b))
+    np.testing.assert_array_equal(rnn.where(mask, rnn.Tensor(a), 0.0).numpy(), np.where(mask, a, 0.0))
+    # Gradients go to the chosen side only.
+    x = rnn.Tensor(a, requires_grad=True)
+    rnn.where(mask, x, 0.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), mask.astype(np.float32))
+    with pytest.raises(ValueError):
+        rnn.where(rand(3, 4), a, b)  # a float condition
+
+
+def test_gather_index_select_and_narrow():
+    a = rand(3, 5)
+    index = RNG.integers(0, 5, size=(3, 2))
+    np.testing.assert_array_equal(rnn.Tensor(a).gather(1, index).numpy(), np.take_along_axis(a, index, axis=1))
+    rows = np.array([2, 0, 2])
+    np.testing.assert_array_equal(rnn.Tensor(a).index_select(0, rows).numpy(), a[rows])
+    np.testing.assert_array_equal(rnn.Tensor(a).narrow(1, 1, 3).numpy(), a[:, 1:4])
+    with pytest.raises(ValueError):
+        rnn.Tensor(a).gather(1, np.array([[5], [0], [0]]))  # out of range
+
+
+def test_expand():
+    a = rand(3, 1)
+    np.testing.assert_array_equal(rnn.Tensor(a).expand(3, 4).numpy(), np.broadcast_to(a, (3, 4)))
+    np.testing.assert_array_equal(rnn.Tensor(a).expand((2, -1, 4)).numpy(), np.broadcast_to(a, (2, 3, 4)))
+    for bad in [(4,), (3, -2), (2, 4)]:
+        with pytest.raises(ValueError):
+            rnn.Tensor(a).expand(*bad)
+
+
+def test_nonfinite_masks():
+    a = np.array([1.0, np.nan, np.inf, -np.inf, 0.0], dtype=np.float32)
+    t = rnn.Tensor(a)
+    np.testing.assert_array_equal(t.isnan().numpy(), np.isnan(a))
+    np.testing.assert_array_equal(t.isinf().numpy(), np.isinf(a))
+    np.testing.assert_array_equal(t.isfinite().numpy(), np.isfinite(a))
+    ints = rnn.Tensor(np.array([3, -9223372036854775807], dtype=np.int64))
+    assert ints.isnan().numpy().tolist() == [0, 0] and ints.isinf().numpy().tolist() == [0, 0]
+    assert ints.isfinite().numpy().tolist() == [1, 1]
+
+
+def test_like_constructors():
+    t = rnn.Tensor(np.ones((2, 3), dtype=np.float64))
+    z, o, f = rnn.zeros_like(t), rnn.ones_like(t), rnn.full_like(t, 2.5)
+    assert [z.dtype, o.dtype, f.dtype] == ["f64"] * 3 and z.shape == o.shape == f.shape == (2, 3)
+    np.testing.assert_array_equal(f.numpy(), np.full((2, 3), 2.5))
+    assert rnn.zeros_like(t, dtype="f16").dtype == "f16"
+    assert rnn.ones_like(np.zeros((4,), dtype=np.float32)).numpy().tolist() == [1.0] * 4
+    assert rnn.zeros_like(t, requires_grad=True).requires_grad

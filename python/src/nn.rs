@@ -187,7 +187,8 @@ impl PyLayer {
     }
 
     /// Rebuilds the layer on ``device`` in ``dtype`` (either may be None: unchanged; a dtype
-    /// in the first place is the dtype, ``layer.to(rnn.float64)``) with the same values. The parameters are new tensors: build optimizers after moving.
+    /// in the first place is the dtype, ``layer.to(rnn.float64)``) with the same values. The
+    /// parameters are new tensors: build optimizers after moving.
     #[pyo3(signature = (device = None, dtype = None))]
     fn to(
         &mut self,

@@ -15,11 +15,12 @@ impl PyTensor {
     /// this tensor elsewhere.
     fn masked_fill(&self, py: Python<'_>, mask: &Bound<'_, PyAny>, value: f64) -> PyResult<PyTensor> {
         let mask = tensor_from_py(mask)?;
-        apply(py, &self.inner, move |t| t.masked_fill(&mask, value))
+        apply(py, &self.inner, move |t| t.masked_fill(&mask.to_device(t.device())?, value))
     }
 
     /// This tensor where ``condition`` (a u8 / bool mask) is non-zero, ``other`` (a Tensor or
-    /// a number) elsewhere, all broadcast together (``torch.Tensor.where``).
+    /// a number, taken in this tensor's dtype) elsewhere, all broadcast together
+    /// (``torch.Tensor.where``).
     #[pyo3(name = "where")]
     fn where_(&self, py: Python<'_>, condition: &Bound<'_, PyAny>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         select(py, condition, &self.inner, other)
@@ -29,13 +30,13 @@ impl PyTensor {
     /// for ``dim=0``; ``index`` has this tensor's rank.
     fn gather(&self, py: Python<'_>, dim: i64, index: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         let index = tensor_from_py(index)?;
-        apply(py, &self.inner, move |t| t.gather(&index, dim))
+        apply(py, &self.inner, move |t| t.gather(&index.to_device(t.device())?, dim))
     }
 
     /// The slices at the positions ``index`` (1-D, i64) along ``dim``.
     fn index_select(&self, py: Python<'_>, dim: i64, index: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         let index = tensor_from_py(index)?;
-        apply(py, &self.inner, move |t| t.index_select(&index, dim))
+        apply(py, &self.inner, move |t| t.index_select(&index.to_device(t.device())?, dim))
     }
 
     /// ``length`` elements of ``dim`` from ``start`` (a view).
@@ -73,7 +74,8 @@ impl PyTensor {
 }
 
 /// `torch.where(condition, input, other)`: ``input`` where ``condition`` is non-zero,
-/// ``other`` elsewhere (either may be a number), broadcast together.
+/// ``other`` (taken in ``input``'s dtype) elsewhere, broadcast together; either may be a
+/// number.
 #[pyfunction]
 #[pyo3(name = "where")]
 fn where_fn(

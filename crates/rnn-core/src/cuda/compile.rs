@@ -228,7 +228,13 @@ pub(crate) fn compile_with_headers(source: &str, arch: &str, headers: &Headers, 
 /// [`compile_with_headers`], with NVRTC's log of the successful compilation.
 fn compile_logged(source: &str, arch: &str, headers: &Headers, extra: &[&str]) -> Result<(Vec<u8>, String)> {
     let version = nvrtc_version()?;
-    let mut options = vec![format!("--gpu-architecture={arch}"), "--std=c++17".to_string()];
+    // Unannotated functions (the attention kernels' generic lambdas) are device functions:
+    // NVRTC 13.0 takes them for host functions and refuses them, later versions do not.
+    let mut options = vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+        "--device-as-default-execution-space".to_string(),
+    ];
     options.extend(extra.iter().map(|o| o.to_string()));
     options.extend(headers.include.iter().map(|p| format!("--include-path={}", p.display())));
     let source = std::ffi::CString::new(source)

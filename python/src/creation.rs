@@ -5,9 +5,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use rnn_core::{DType, Device, Tensor};
 
-use crate::device::device_from_py;
+use crate::device::device_or;
 use crate::errors::{run_op, without_gil};
-use crate::tensor::{dtype_from_py, tensor_from_py, PyTensor};
+use crate::numpy_io::dtype_or;
+use crate::tensor::{tensor_from_py, PyTensor};
 
 /// The shape from `zeros(2, 3)` or `zeros((2, 3))`.
 fn shape_args(args: &Bound<'_, PyTuple>) -> PyResult<Vec<usize>> {
@@ -17,12 +18,8 @@ fn shape_args(args: &Bound<'_, PyTuple>) -> PyResult<Vec<usize>> {
     args.extract()
 }
 
-/// The dtype argument, f32 when None.
-fn dtype_or_f32(dtype: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
-    dtype.filter(|d| !d.is_none()).map_or(Ok(DType::F32), dtype_from_py)
-}
-
-/// Makes a tensor with `make(shape, dtype, device)` and applies `requires_grad`.
+/// Makes a tensor with `make(shape, dtype, device)` (f32 on the CPU unless given) and
+/// applies `requires_grad`.
 fn create(
     py: Python<'_>,
     shape: Vec<usize>,
@@ -31,7 +28,18 @@ fn create(
     requires_grad: bool,
     make: impl FnOnce(Vec<usize>, DType, Device) -> rnn_core::Result<Tensor> + Send,
 ) -> PyResult<PyTensor> {
-    let (dtype, device) = (dtype_or_f32(dtype)?, device_from_py(device)?);
+    let kind = (dtype_or(dtype, DType::F32)?, device_or(device, Device::Cpu)?);
+    create_as(py, shape, kind, requires_grad, make)
+}
+
+/// `create` with the dtype and device resolved.
+fn create_as(
+    py: Python<'_>,
+    shape: Vec<usize>,
+    (dtype, device): (DType, Device),
+    requires_grad: bool,
+    make: impl FnOnce(Vec<usize>, DType, Device) -> rnn_core::Result<Tensor> + Send,
+) -> PyResult<PyTensor> {
     let t = without_gil(py, move || make(shape, dtype, device))?;
     Ok(PyTensor::new(if requires_grad { t.requires_grad() } else { t }))
 }
@@ -89,14 +97,8 @@ fn full_like(
     requires_grad: bool,
 ) -> PyResult<PyTensor> {
     let like = tensor_from_py(input)?;
-    let dtype = dtype.filter(|d| !d.is_none()).map_or(Ok(like.dtype()), dtype_from_py)?;
-    let device = match device.filter(|d| !d.is_none()) {
-        Some(d) => device_from_py(Some(d))?,
-        None => like.device(),
-    };
-    let shape = like.dims().to_vec();
-    let t = without_gil(py, move || Tensor::full(value, shape, dtype, device))?;
-    Ok(PyTensor::new(if requires_grad { t.requires_grad() } else { t }))
+    let kind = (dtype_or(dtype, like.dtype())?, device_or(device, like.device())?);
+    create_as(py, like.dims().to_vec(), kind, requires_grad, move |s, d, dev| Tensor::full(value, s, d, dev))
 }
 
 /// `full_like` with a fixed value: `zeros_like`, `ones_like`.
@@ -166,13 +168,13 @@ fn arange(
 ) -> PyResult<PyTensor> {
     let all_ints = [Some(start), end, step].into_iter().flatten().all(|v| v.extract::<i64>().is_ok());
     let default = if all_ints { DType::I64 } else { DType::F32 };
-    let dtype = dtype.filter(|d| !d.is_none()).map_or(Ok(default), dtype_from_py)?;
+    let dtype = dtype_or(dtype, default)?;
     let (mut lo, mut hi) = (0.0, start.extract::<f64>()?);
     if let Some(end) = end.filter(|e| !e.is_none()) {
         (lo, hi) = (hi, end.extract()?);
     }
     let step = step.filter(|s| !s.is_none()).map_or(Ok(1.0), |s| s.extract::<f64>())?;
-    let device = device_from_py(device)?;
+    let device = device_or(device, Device::Cpu)?;
     let t =
         without_gil(py, move || Tensor::arange_step(lo, hi, step, Device::Cpu)?.to_dtype(dtype)?.to_device(device))?;
     Ok(PyTensor::new(t))

@@ -96,6 +96,11 @@ pub fn device_from_py(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Device> {
     )))
 }
 
+/// The `device` argument, `default` when it is absent or None.
+pub fn device_or(device: Option<&Bound<'_, PyAny>>, default: Device) -> PyResult<Device> {
+    device.filter(|d| !d.is_none()).map_or(Ok(default), |d| device_from_py(Some(d)))
+}
+
 /// `to`'s `(device, dtype)` arguments, with a dtype given first (`t.to(rnn.float16)`, as in
 /// PyTorch) moved to its place: no device name is also a dtype name.
 pub fn device_and_dtype<'a, 'py>(

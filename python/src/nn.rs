@@ -17,9 +17,9 @@ use rnn_nn::{Module, MultiHeadAttention, VarBuilder};
 use rnn_train::checkpoint::{self, Checkpoint};
 
 use crate::autograd::{slot_for, GradSlot};
-use crate::device::{device_from_py, PyDevice};
+use crate::device::{device_from_py, device_or, PyDevice};
 use crate::errors::without_gil;
-use crate::numpy_io::dtype_from_py;
+use crate::numpy_io::{dtype_from_py, dtype_or};
 use crate::tensor::PyTensor;
 
 /// Builds a layer's fresh parameters with a `VarBuilder` (on its device, in its dtype).
@@ -197,11 +197,7 @@ impl PyLayer {
         dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let (device, dtype) = crate::device::device_and_dtype(device, dtype);
-        let device = match device.filter(|d| !d.is_none()) {
-            Some(d) => device_from_py(Some(d))?,
-            None => self.device,
-        };
-        let dtype = dtype.filter(|d| !d.is_none()).map(dtype_from_py).transpose()?.unwrap_or(self.dtype);
+        let (device, dtype) = (device_or(device, self.device)?, dtype_or(dtype, self.dtype)?);
         let (recipe, old, training) = (self.recipe.clone(), self.lock().state(), self.training);
         let moved = without_gil(py, move || {
             let mut vb = VarBuilder::new(device, dtype, 0);

@@ -146,6 +146,11 @@ fn bf16_to_numpy(py: Python<'_>, tensor: &Tensor) -> PyResult<Py<PyAny>> {
     Ok(flat.call_method1("view", (ml_dtypes.getattr("bfloat16")?,))?.unbind())
 }
 
+/// The `dtype` argument, `default` when it is absent or None.
+pub fn dtype_or(dtype: Option<&Bound<'_, PyAny>>, default: DType) -> PyResult<DType> {
+    dtype.filter(|d| !d.is_none()).map_or(Ok(default), dtype_from_py)
+}
+
 /// A dtype from its name: the core's (`"f32"`, `"bf16"`, ...) or numpy's (`"float32"`,
 /// `"bfloat16"`, ...), or a numpy dtype object.
 pub fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyResult<DType> {

@@ -62,6 +62,6 @@ __all__ = [
 ]
 
 # --- training API, the seeds' APIs and the GPU API (rnn.nn, rnn.optim, rnn.micrograd, rnn.backends, rnn.gpu)
-from . import backends, gpu, micrograd, nn, optim  # noqa: E402
+from . import backends, gpu, micrograd, nn, optim, return_types  # noqa: E402
 from .gpu import GpuContext, GpuDevice, GpuManager, GpuProfiler  # noqa: E402
 from .training import *  # noqa: E402,F401,F403  (Network, LayerBuilder, TrainingConfig, ...)

@@ -9,6 +9,7 @@
 //! | `OutOfMemory`                                          | `MemoryError`    |
 //! | devices (mismatch, not available, not compiled in)     | `RuntimeError`   |
 //! | files (`Io`, `BadFile`)                                | `OSError`        |
+//! | an integer `//` or `%` by zero (`DivisionByZero`)      | `ZeroDivisionError` |
 //! | anything else (`Msg`)                                  | `RuntimeError`   |
 //!
 //! Call sites convert with the [`PyErrExt`] trait: `tensor.matmul(&rhs).py_err()?`.
@@ -18,7 +19,7 @@
 //! instead of unwinding into the interpreter (a panic in the library is a bug, but it must
 //! not take the user's process down with it).
 
-use pyo3::exceptions::{PyMemoryError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyOSError, PyRuntimeError, PyValueError, PyZeroDivisionError};
 use pyo3::prelude::*;
 use rnn_core::Error;
 
@@ -32,6 +33,7 @@ pub fn to_py_err(err: &Error) -> PyErr {
         }
         Error::Io { .. } | Error::BadFile { .. } => PyOSError::new_err(msg),
         Error::Msg(_) => PyRuntimeError::new_err(msg),
+        Error::DivisionByZero { .. } => PyZeroDivisionError::new_err(msg),
         _ => PyValueError::new_err(msg),
     }
 }

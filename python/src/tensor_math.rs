@@ -47,13 +47,24 @@ unary_methods! {
     softplus => softplus, "``log(1 + exp(x))``.";
     floor => floor, "The largest integer not above ``x`` (NaN, infinities and -0.0 kept; gradient zero).";
     ceil => ceil, "The smallest integer not below ``x``.";
-    round => round, "The nearest integer, halves to the even one (as ``torch.round``).";
     trunc => trunc, "The integer part, toward zero.";
     sign => sign, "-1, 0 or 1 (0 at NaN, as ``torch.sign``).";
 }
 
 #[pymethods]
 impl PyTensor {
+    /// The nearest integer, halves to the even one (as ``torch.round``); with ``decimals``,
+    /// to that many decimal places (negative: to tens, hundreds, ...), computed as PyTorch
+    /// does: ``round(x * 10**d) / 10**d``. Gradient zero; NaN and infinities kept.
+    #[pyo3(signature = (*, decimals = 0))]
+    pub(crate) fn round(&self, py: Python<'_>, decimals: i32) -> PyResult<PyTensor> {
+        apply(py, &self.inner, move |t| match decimals {
+            0 => t.round(),
+            d if d > 0 => t.mul_scalar(10f64.powi(d))?.round()?.div_scalar(10f64.powi(d)),
+            d => t.div_scalar(10f64.powi(-d))?.round()?.mul_scalar(10f64.powi(-d)),
+        })
+    }
+
     /// Limits every element to ``[min, max]`` (NaN stays NaN); either bound may be None.
     #[pyo3(signature = (min = None, max = None))]
     pub(crate) fn clamp(&self, py: Python<'_>, min: Option<f64>, max: Option<f64>) -> PyResult<PyTensor> {

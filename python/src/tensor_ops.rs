@@ -16,12 +16,12 @@ use crate::errors::run_op;
 use crate::tensor::{tensor_from_py, PyTensor};
 
 /// The right-hand side of a binary op.
-enum Operand {
+pub(crate) enum Operand {
     Tensor(Tensor),
     Scalar(f64),
 }
 
-fn operand(lhs: &Tensor, obj: &Bound<'_, PyAny>) -> PyResult<Operand> {
+pub(crate) fn operand(lhs: &Tensor, obj: &Bound<'_, PyAny>) -> PyResult<Operand> {
     if let Ok(t) = obj.cast::<PyTensor>() {
         return Ok(Operand::Tensor(t.borrow().inner.clone()));
     }
@@ -55,7 +55,7 @@ fn promoted(a: DType, b: DType) -> DType {
 
 /// `(lhs, rhs)` as two tensors of one dtype, in that order (`reflected` swaps them: the
 /// Python value was on the left).
-fn tensor_pair(lhs: &Tensor, rhs: Operand, reflected: bool) -> rnn_core::Result<(Tensor, Tensor)> {
+pub(crate) fn tensor_pair(lhs: &Tensor, rhs: Operand, reflected: bool) -> rnn_core::Result<(Tensor, Tensor)> {
     let (a, b) = match rhs {
         Operand::Tensor(t) => {
             let dtype = promoted(lhs.dtype(), t.dtype());
@@ -72,7 +72,13 @@ fn tensor_pair(lhs: &Tensor, rhs: Operand, reflected: bool) -> rnn_core::Result<
     Ok(if reflected { (b, a) } else { (a, b) })
 }
 
-fn binary(py: Python<'_>, lhs: &Tensor, rhs: &Bound<'_, PyAny>, op: BinaryOp, reflected: bool) -> PyResult<PyTensor> {
+pub(crate) fn binary(
+    py: Python<'_>,
+    lhs: &Tensor,
+    rhs: &Bound<'_, PyAny>,
+    op: BinaryOp,
+    reflected: bool,
+) -> PyResult<PyTensor> {
     let rhs = operand(lhs, rhs)?;
     let out = run_op(py, &[lhs], move || {
         let (a, b) = tensor_pair(lhs, rhs, reflected)?;
@@ -118,6 +124,8 @@ named_operators! {
     mul => Mul, "``self * other``.";
     div => Div, "``self / other`` (true division, as ``torch.div``).";
     pow => Pow, "``self ** other``.";
+    floor_divide => FloorDivide, "``self // other``: the quotient rounded toward minus infinity, as Python's and ``torch.floor_divide`` (its gradient is zero).";
+    remainder => Remainder, "``self % other``: the remainder with the divisor's sign, as Python's and ``torch.remainder``.";
     }
     compare {
     eq => Eq, "``self == other`` as a u8 mask.";
@@ -156,6 +164,21 @@ impl PyTensor {
     }
     fn __rtruediv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         binary(py, &self.inner, other, BinaryOp::Div, true)
+    }
+    /// Floor division (``torch.floor_divide``): integers stay integers; an integer divisor
+    /// holding 0 raises ZeroDivisionError; floats divide by 0 to ±inf or NaN.
+    fn __floordiv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        binary(py, &self.inner, other, BinaryOp::FloorDivide, false)
+    }
+    fn __rfloordiv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        binary(py, &self.inner, other, BinaryOp::FloorDivide, true)
+    }
+    /// Python's modulo (``torch.remainder``): the result takes the divisor's sign.
+    fn __mod__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        binary(py, &self.inner, other, BinaryOp::Remainder, false)
+    }
+    fn __rmod__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        binary(py, &self.inner, other, BinaryOp::Remainder, true)
     }
     fn __pow__(
         &self,

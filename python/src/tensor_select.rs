@@ -2,11 +2,12 @@
 //! index_select, narrow, expand, and the isnan / isinf / isfinite masks.
 
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyFloat, PyInt, PyTuple};
 use rnn_core::{DType, Tensor};
 
 use crate::numpy_io::tensor_from_py;
 use crate::tensor::PyTensor;
+use crate::tensor_ops::{operand, tensor_pair};
 use crate::tensor_shape::apply;
 
 #[pymethods]
@@ -19,11 +20,11 @@ impl PyTensor {
     }
 
     /// This tensor where ``condition`` (a u8 / bool mask) is non-zero, ``other`` (a Tensor or
-    /// a number, taken in this tensor's dtype) elsewhere, all broadcast together
-    /// (``torch.Tensor.where``).
+    /// a number) elsewhere, all broadcast together (``torch.Tensor.where``); the result's
+    /// dtype is promoted as by the arithmetic operators (an integer tensor with 0.5 gives f32).
     #[pyo3(name = "where")]
     fn where_(&self, py: Python<'_>, condition: &Bound<'_, PyAny>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        select(py, condition, &self.inner, other)
+        select(py, condition, &self.inner, other, false)
     }
 
     /// The elements at ``index`` (i64) along ``dim``: ``out[i][j] = self[index[i][j]][j]``
@@ -74,8 +75,9 @@ impl PyTensor {
 }
 
 /// `torch.where(condition, input, other)`: ``input`` where ``condition`` is non-zero,
-/// ``other`` (taken in ``input``'s dtype) elsewhere, broadcast together; either may be a
-/// number.
+/// ``other`` elsewhere, broadcast together; either may be a number. The result's dtype is
+/// promoted as by the arithmetic operators (f16 with f32 gives f32, an integer tensor with
+/// 0.5 gives f32, a number takes the tensor's dtype otherwise).
 #[pyfunction]
 #[pyo3(name = "where")]
 fn where_fn(
@@ -84,21 +86,29 @@ fn where_fn(
     input: &Bound<'_, PyAny>,
     other: &Bound<'_, PyAny>,
 ) -> PyResult<PyTensor> {
-    select(py, condition, &tensor_from_py(input)?, other)
+    // A number as `input` takes `other`'s dtype, as a number on the left of an operator.
+    let number = |x: &Bound<'_, PyAny>| x.is_instance_of::<PyFloat>() || x.is_instance_of::<PyInt>();
+    if number(input) && other.cast::<PyTensor>().is_ok() {
+        return select(py, condition, &other.cast::<PyTensor>()?.borrow().inner, input, true);
+    }
+    select(py, condition, &tensor_from_py(input)?, other, false)
 }
 
-/// `condition ? on_true : other`, `other` taken in `on_true`'s dtype and device.
+/// `condition ? on_true : other` (`reflected`: `condition ? other : on_true`), the two values
+/// promoted to one dtype as by the arithmetic operators, on `on_true`'s device.
 fn select(
     py: Python<'_>,
     condition: &Bound<'_, PyAny>,
     on_true: &Tensor,
     other: &Bound<'_, PyAny>,
+    reflected: bool,
 ) -> PyResult<PyTensor> {
     let condition = tensor_from_py(condition)?;
-    let other = tensor_from_py(other)?;
+    let other = operand(on_true, other)?;
     apply(py, on_true, move |t| {
-        let other = other.to_dtype(t.dtype())?.to_device(t.device())?;
-        condition.to_device(t.device())?.where_cond(t, &other)
+        let (yes, no) = tensor_pair(t, other, reflected)?;
+        let (yes, no) = (yes.to_device(t.device())?, no.to_device(t.device())?);
+        condition.to_device(t.device())?.where_cond(&yes, &no)
     })
 }
 

@@ -2,10 +2,11 @@
 //! std) and shape ops (reshape, transpose, permute, squeeze, ...). Shape ops are views where
 //! the core makes them views.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use rnn_core::{Shape, Tensor};
+use rnn_core::op_table::BinaryOp;
+use rnn_core::{AllDims, Shape, Tensor};
 
 use crate::errors::run_op;
 use crate::tensor::PyTensor;
@@ -71,13 +72,72 @@ macro_rules! reductions {
 reductions! {
     sum = sum, sum_keepdim, "The sum over ``dim`` (integer tensors sum into i64, as in PyTorch).";
     mean = mean, mean_keepdim, "The mean over ``dim``.";
-    max = max, max_keepdim, "The largest value over ``dim`` (NaN if any is NaN); values only, see ``argmax``.";
-    min = min, min_keepdim, "The smallest value over ``dim`` (NaN if any is NaN); values only, see ``argmin``.";
     argmax = argmax, argmax_keepdim, "The i64 position of the largest value along ``dim`` (over the flattened dims when several or None); the first of ties.";
     argmin = argmin, argmin_keepdim, "The i64 position of the smallest value along ``dim``; the first of ties.";
-    amax = max, max_keepdim, "Same as ``max``: values only, and ties share the gradient evenly, as ``torch.amax``.";
-    amin = min, min_keepdim, "Same as ``min``, as ``torch.amin``.";
+    amax = max, max_keepdim, "The largest value over ``dim`` (NaN if any is NaN), as ``torch.amax``: values only, and ties share the gradient evenly.";
+    amin = min, min_keepdim, "The smallest value over ``dim`` (NaN if any is NaN), as ``torch.amin``.";
     logsumexp = logsumexp, logsumexp_keepdim, "``log(sum(exp(x)))`` over ``dim``, computed stably (as ``torch.logsumexp``: a slice of -inf gives -inf); its gradient is the softmax.";
+}
+
+/// `max` or `min` in PyTorch's three forms: over everything (``t.max()``, a tensor), along
+/// one dim (``t.max(dim)``, the named pair ``(values, indices)``), or against another tensor
+/// (``t.max(other)``, as ``maximum``).
+fn extreme(
+    py: Python<'_>,
+    t: &Tensor,
+    dim: Option<&Bound<'_, PyAny>>,
+    keepdim: bool,
+    largest: bool,
+) -> PyResult<Py<PyAny>> {
+    let name = if largest { "max" } else { "min" };
+    let Some(dim) = dim.filter(|d| !d.is_none()) else {
+        let value = apply(py, t, move |t| match (largest, keepdim) {
+            (true, false) => t.max(AllDims),
+            (true, true) => t.max_keepdim(AllDims),
+            (false, false) => t.min(AllDims),
+            (false, true) => t.min_keepdim(AllDims),
+        })?;
+        return Ok(value.into_pyobject(py)?.into_any().unbind());
+    };
+    if dim.cast::<PyTensor>().is_ok() {
+        let op = if largest { BinaryOp::Maximum } else { BinaryOp::Minimum };
+        return Ok(crate::tensor_ops::binary(py, t, dim, op, false)?.into_pyobject(py)?.into_any().unbind());
+    }
+    let Ok(d) = dim.extract::<i64>() else {
+        let msg = format!("{name}(dim) takes one dim, as in PyTorch; a{name} reduces over several");
+        return Err(PyTypeError::new_err(msg));
+    };
+    let (values, indices) = run_op(py, &[t], move || {
+        // The values gathered at the indices: the gradient goes to the element the index
+        // names, as PyTorch's (amax shares it among ties).
+        let indices = if largest { t.argmax_keepdim(d)? } else { t.argmin_keepdim(d)? };
+        let values = t.gather(&indices, d)?;
+        if keepdim {
+            Ok((values, indices))
+        } else {
+            Ok((values.squeeze(d)?, indices.squeeze(d)?))
+        }
+    })?;
+    let pair = py.import("rnn.return_types")?.getattr(name)?;
+    Ok(pair.call1((PyTensor::new(values), PyTensor::new(indices)))?.unbind())
+}
+
+#[pymethods]
+impl PyTensor {
+    /// The largest value: ``t.max()`` over every element (NaN if any is NaN);
+    /// ``t.max(dim, keepdim=False)`` the pair ``(values, indices)`` along ``dim`` (the
+    /// first of ties, a NaN wins; the gradient goes to the indexed element), as
+    /// ``torch.max``; ``t.max(other)`` is ``maximum``. ``amax`` reduces over several dims.
+    #[pyo3(signature = (dim = None, keepdim = false))]
+    fn max(&self, py: Python<'_>, dim: Option<&Bound<'_, PyAny>>, keepdim: bool) -> PyResult<Py<PyAny>> {
+        extreme(py, &self.inner, dim, keepdim, true)
+    }
+
+    /// The smallest value, in ``max``'s three forms (``min(dim)`` gives ``(values, indices)``).
+    #[pyo3(signature = (dim = None, keepdim = false))]
+    fn min(&self, py: Python<'_>, dim: Option<&Bound<'_, PyAny>>, keepdim: bool) -> PyResult<Py<PyAny>> {
+        extreme(py, &self.inner, dim, keepdim, false)
+    }
 }
 
 /// Variance and standard deviation with PyTorch's ``correction``: one Python method per core

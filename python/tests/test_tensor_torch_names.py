@@ -116,3 +116,81 @@ def test_like_constructors():
     assert rnn.zeros_like(t, dtype="f16").dtype == "f16"
     assert rnn.ones_like(np.zeros((4,), dtype=np.float32)).numpy().tolist() == [1.0] * 4
     assert rnn.zeros_like(t, requires_grad=True).requires_grad
+
+
+def test_floor_division_and_modulo_follow_python():
+    # numpy's floor_divide and remainder are Python's // and % (as PyTorch's).
+    a = np.array([5.0, -5.0, 5.0, -5.0, 7.5, -0.5, 5.3, 1.0, -1.0], dtype=np.float64)
+    b = np.array([3.0, 3.0, -3.0, -3.0, 2.0, 2.0, 0.1, np.inf, np.inf], dtype=np.float64)
+    ta, tb = rnn.Tensor(a), rnn.Tensor(b)
+    np.testing.assert_array_equal((ta // tb).numpy(), np.floor_divide(a, b))
+    np.testing.assert_array_equal((ta % tb).numpy(), np.remainder(a, b))
+    np.testing.assert_array_equal(ta.floor_divide(tb).numpy(), (ta // tb).numpy())
+    np.testing.assert_array_equal(ta.remainder(tb).numpy(), (ta % tb).numpy())
+    np.testing.assert_array_equal((7.0 // rnn.Tensor(b[:4])).numpy(), np.floor_divide(7.0, b[:4]))
+    np.testing.assert_array_equal((7.0 % rnn.Tensor(b[:4])).numpy(), np.remainder(7.0, b[:4]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal((ta // 0.0).numpy(), a / 0.0)  # IEEE, as PyTorch
+    i = rnn.Tensor(np.array([7, -7, 7, -7], dtype=np.int64))
+    j = np.array([2, 2, -2, -2], dtype=np.int64)
+    assert (i // rnn.Tensor(j)).dtype == "i64"
+    np.testing.assert_array_equal((i // rnn.Tensor(j)).numpy(), [3, -4, -4, 3])
+    np.testing.assert_array_equal((i % 3).numpy(), [1, 2, 1, 2])
+    assert (i // 2.5).dtype == "f32"  # a fractional number promotes, as in PyTorch
+    with pytest.raises(ZeroDivisionError):
+        i // rnn.Tensor(np.array([1, 0, 1, 1], dtype=np.int64))
+    with pytest.raises(ZeroDivisionError):
+        i % 0
+    # d(a % b)/da = 1, d(a % b)/db = -(a // b); a // b has a zero gradient.
+    x, y = rnn.Tensor(a[:4], requires_grad=True), rnn.Tensor(b[:4], requires_grad=True)
+    ((x % y).sum() + (x // y).sum()).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.ones(4))
+    np.testing.assert_array_equal(y.grad.numpy(), -np.floor_divide(a[:4], b[:4]))
+
+
+def test_max_and_min_along_a_dim_give_values_and_indices():
+    a = np.array([[1.0, 3.0, 3.0], [np.nan, 0.0, 5.0], [-1.0, -2.0, -2.0]], dtype=np.float32)
+    t = rnn.Tensor(a)
+    values, indices = t.max(1)
+    np.testing.assert_array_equal(values.numpy(), [3.0, np.nan, -1.0])
+    np.testing.assert_array_equal(indices.numpy(), [1, 0, 0])  # the first of ties; NaN wins
+    assert indices.dtype == "i64"
+    low = t.min(dim=0, keepdim=True)
+    assert isinstance(low, rnn.return_types.min) and low.values.shape == (1, 3)
+    np.testing.assert_array_equal(low.values.numpy(), [[np.nan, -2.0, -2.0]])
+    np.testing.assert_array_equal(low.indices.numpy(), [[1, 2, 2]])
+    assert t.max().shape == () and np.isnan(t.max().item())
+    np.testing.assert_array_equal(t.max(rnn.Tensor(np.zeros(3, np.float32))).numpy(), np.maximum(a, 0))
+    with pytest.raises(TypeError, match="amax"):
+        t.max((0, 1))
+    # The gradient goes to the indexed element only (amax would share it between ties).
+    x = rnn.Tensor(a[[0, 2]], requires_grad=True)
+    x.max(1).values.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [[0, 1, 0], [1, 0, 0]])
+
+
+def test_where_promotes_as_the_operators():
+    mask = np.array([True, False])
+    ints = rnn.Tensor(np.array([1, 2], dtype=np.int64))
+    assert rnn.where(mask, ints, 0).dtype == "i64"
+    np.testing.assert_array_equal(rnn.where(mask, ints, 0.5).numpy(), [1.0, 0.5])
+    assert rnn.where(mask, ints, 0.5).dtype == "f32"
+    np.testing.assert_array_equal(rnn.where(mask, 0.5, ints).numpy(), [0.5, 2.0])
+    half = rnn.Tensor(np.array([1.0, 2.0]), dtype="f16")
+    assert rnn.where(mask, half, rnn.Tensor(np.array([3.0, 4.0], np.float32))).dtype == "f32"
+    assert rnn.where(mask, half, 7.25).dtype == "f16"  # a number takes the tensor's dtype
+    assert ints.where(mask, 0.5).dtype == "f32"
+
+
+def test_round_to_decimals():
+    a = np.array([1.2345, 12345.0, -0.125, 1234.5, np.nan, np.inf], dtype=np.float64)
+    t = rnn.Tensor(a)
+    np.testing.assert_array_equal(t.round(decimals=2).numpy(), np.round(a * 100) / 100)
+    np.testing.assert_array_equal(t.round(decimals=-2).numpy(), np.round(a / 100) * 100)
+    np.testing.assert_array_equal(t.round().numpy(), np.round(a))  # halves to even, as numpy
+
+
+def test_logsumexp_of_nothing_is_minus_infinity():
+    empty = rnn.zeros(2, 0)
+    np.testing.assert_array_equal(empty.logsumexp(1).numpy(), [-np.inf, -np.inf])
+    assert empty.logsumexp().item() == -np.inf

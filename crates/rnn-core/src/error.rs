@@ -32,6 +32,10 @@ pub enum Error {
     #[error("{op}: {what} out of range for shape {shape:?}")]
     NarrowOutOfRange { op: &'static str, what: String, shape: Shape },
 
+    /// An integer `//` or `%` by zero (Python's ZeroDivisionError).
+    #[error("{op}: integer division by zero (the divisor holds a 0)")]
+    DivisionByZero { op: &'static str },
+
     #[error("{op}: empty tensor of shape {shape:?}")]
     EmptyTensor { op: &'static str, shape: Shape },
 

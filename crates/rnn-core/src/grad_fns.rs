@@ -159,6 +159,10 @@ fn binary_grad<'a>(
             let zero = g.zeros_like()?;
             (need_a.then(|| a_loses.where_cond(&zero, &shared)), need_b.then(|| b_loses.where_cond(&zero, &shared)))
         }
+        // Piecewise constant: zero, as PyTorch's (also at the steps).
+        BinaryOp::FloorDivide => (need_a.then(|| g.zeros_like()), need_b.then(|| g.zeros_like())),
+        // a - b * (a // b): as PyTorch's, g for a and -g * (a // b) for b.
+        BinaryOp::Remainder => (need_a.then(|| Ok(g.clone())), need_b.then(|| g.mul(&a.floor_divide(b)?)?.neg())),
     };
     Ok(pair(a, ga.transpose()?, b, gb.transpose()?))
 }

@@ -26,6 +26,11 @@ pub trait Elem: crate::WithDType {
             b
         }
     }
+    /// Python's `//`: the quotient rounded toward minus infinity (integers: 0 for a zero
+    /// divisor, which `Tensor::floor_divide` reports as an error before any kernel runs).
+    fn floor_divide(self, b: Self) -> Self;
+    /// Python's `%`: `self - b * (self // b)`, with the divisor's sign.
+    fn remainder(self, b: Self) -> Self;
 }
 
 macro_rules! int_elem {
@@ -36,10 +41,64 @@ macro_rules! int_elem {
             fn mul(self, b: Self) -> Self { self.wrapping_mul(b) }
             fn div(self, b: Self) -> Self { self.checked_div(b).unwrap_or(0) }
             fn pow(self, b: Self) -> Self { (self as f64).powf(b as f64) as $t }
+            // `(r > 0) != (b > 0)`: the signs differ (never for unsigned types). MIN / -1
+            // wraps to MIN, as in PyTorch.
+            fn floor_divide(self, b: Self) -> Self {
+                if b == 0 {
+                    return 0;
+                }
+                let (q, r) = (self.wrapping_div(b), self.wrapping_rem(b));
+                if r != 0 && (r > 0) != (b > 0) { q.wrapping_sub(1) } else { q }
+            }
+            fn remainder(self, b: Self) -> Self {
+                if b == 0 {
+                    return 0;
+                }
+                let r = self.wrapping_rem(b);
+                if r != 0 && (r > 0) != (b > 0) { r.wrapping_add(b) } else { r }
+            }
         }
     )*};
 }
 int_elem!(u8, u32, i64);
+
+/// Python's float floor division, as PyTorch's `div_floor_floating`: the exact `fmod`
+/// (Rust's `%`) gives a quotient `(a - mod) / b` that is an integer up to one rounding,
+/// which the last step corrects. A zero divisor gives IEEE's ±inf or NaN.
+#[inline]
+pub fn floor_divide_float<F: num_traits::Float>(a: F, b: F) -> F {
+    let zero = F::zero();
+    if b == zero {
+        return a / b;
+    }
+    let m = a % b;
+    let mut div = (a - m) / b;
+    if m != zero && (b < zero) != (m < zero) {
+        div = div - F::one();
+    }
+    if div == zero {
+        return zero.copysign(a / b);
+    }
+    let floor = div.floor();
+    let half = F::one() / (F::one() + F::one());
+    if div - floor > half {
+        floor + F::one()
+    } else {
+        floor
+    }
+}
+
+/// Python's float `%`, as PyTorch's `remainder`: the exact `fmod`, moved by `b` when the
+/// signs differ.
+#[inline]
+pub fn remainder_float<F: num_traits::Float>(a: F, b: F) -> F {
+    let m = a % b;
+    if m != F::zero() && (b < F::zero()) != (m < F::zero()) {
+        m + b
+    } else {
+        m
+    }
+}
 
 macro_rules! float_elem {
     ($($t:ty),*) => {$(
@@ -49,10 +108,38 @@ macro_rules! float_elem {
             fn mul(self, b: Self) -> Self { self * b }
             fn div(self, b: Self) -> Self { self / b }
             fn pow(self, b: Self) -> Self { num_traits::Float::powf(self, b) }
+            fn floor_divide(self, b: Self) -> Self { floor_divide_float(self, b) }
+            fn remainder(self, b: Self) -> Self { remainder_float(self, b) }
         }
     )*};
 }
-float_elem!(f16, f32, f64);
+float_elem!(f32, f64);
+
+/// f16 arithmetic through f32 with one rounding (`half`'s operators), so the `//` and `%`
+/// of two f16 values are computed in f32 and rounded once, as on the GPUs.
+impl Elem for f16 {
+    fn add(self, b: Self) -> Self {
+        self + b
+    }
+    fn sub(self, b: Self) -> Self {
+        self - b
+    }
+    fn mul(self, b: Self) -> Self {
+        self * b
+    }
+    fn div(self, b: Self) -> Self {
+        self / b
+    }
+    fn pow(self, b: Self) -> Self {
+        num_traits::Float::powf(self, b)
+    }
+    fn floor_divide(self, b: Self) -> Self {
+        f16::from_f32(floor_divide_float(self.to_f32(), b.to_f32()))
+    }
+    fn remainder(self, b: Self) -> Self {
+        f16::from_f32(remainder_float(self.to_f32(), b.to_f32()))
+    }
+}
 
 /// bf16 arithmetic through f32 with one rounding, as `half`'s operators, but through the
 /// branch-free conversions below, so that loops over it vectorize.
@@ -71,6 +158,12 @@ impl Elem for bf16 {
     }
     fn pow(self, b: Self) -> Self {
         f32_to_bf16(bf16_to_f32(self).powf(bf16_to_f32(b)))
+    }
+    fn floor_divide(self, b: Self) -> Self {
+        f32_to_bf16(floor_divide_float(bf16_to_f32(self), bf16_to_f32(b)))
+    }
+    fn remainder(self, b: Self) -> Self {
+        f32_to_bf16(remainder_float(bf16_to_f32(self), bf16_to_f32(b)))
     }
 }
 

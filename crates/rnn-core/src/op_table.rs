@@ -157,6 +157,11 @@ binary_table! {
     // is that NaN.
     Maximum "maximum" |a, b| a.maximum(b), cuda: "((a != a || b != b) ? a + b : fmax(a, b))", wgsl: "select(max(a, b), a + b, is_nan(a) || is_nan(b))";
     Minimum "minimum" |a, b| a.minimum(b), cuda: "((a != a || b != b) ? a + b : fmin(a, b))", wgsl: "select(min(a, b), a + b, is_nan(a) || is_nan(b))";
+    // Python's `//` and `%` (the remainder takes the divisor's sign), as PyTorch's
+    // floor_divide and remainder: from the exact fmod, so `5.3 % 0.1` is not off by a
+    // rounded product. Integer forms in gpu/target.rs.
+    FloorDivide "floor_divide" |a, b| a.floor_divide(b), cuda: "floor_divide_float(a, b)", wgsl: "floor_divide_f32(a, b)";
+    Remainder "remainder" |a, b| a.remainder(b), cuda: "remainder_float(a, b)", wgsl: "remainder_f32(a, b)";
 }
 
 /// Comparisons; the result is a u8 tensor of 0 and 1.

@@ -43,6 +43,7 @@ macro_rules! binary_methods {
 binary_methods!(
     add, add_scalar => Add, sub, sub_scalar => Sub, mul, mul_scalar => Mul, div, div_scalar => Div,
     pow, pow_scalar => Pow, maximum, maximum_scalar => Maximum, minimum, minimum_scalar => Minimum,
+    floor_divide, floor_divide_scalar => FloorDivide, remainder, remainder_scalar => Remainder,
 );
 
 macro_rules! cmp_methods {
@@ -95,14 +96,22 @@ impl Tensor {
             return autocast_op(AutocastOp::Elementwise, &[self, rhs], |t| t[0].binary(&t[1], op));
         }
         let (a, b) = self.broadcast_pair(rhs, op.name())?;
+        if matches!(op, BinaryOp::FloorDivide | BinaryOp::Remainder) && b.dtype().is_int() {
+            // PyTorch raises ZeroDivisionError here; the kernels would give 0.
+            if b.eq_scalar(0.0)?.sum_all()?.to_scalar::<i64>()? > 0 {
+                return Err(Error::DivisionByZero { op: op.name() });
+            }
+        }
         let storage = a.storage().binary(a.layout(), &b.storage(), b.layout(), op)?;
         Ok(Tensor::from_parts(storage, Layout::contiguous(a.shape().clone()), Some(Op::Binary(a, b, op))))
     }
 
-    /// `op` with a scalar right-hand side of this tensor's dtype (an integer tensor divided
-    /// by a scalar is promoted first, as in `binary`, so the scalar is not truncated).
+    /// `op` with a scalar right-hand side. An integer tensor becomes f32 first when divided
+    /// (as in `binary`) or when the scalar is not an integer, so the scalar is not truncated
+    /// (PyTorch's promotion: `7 // 2.5` is 2.0).
     fn binary_scalar(&self, rhs: f64, op: BinaryOp) -> Result<Tensor> {
-        if op == BinaryOp::Div && self.dtype().is_int() {
+        let integral = rhs.fract() == 0.0; // false for the infinities and NaN
+        if self.dtype().is_int() && (op == BinaryOp::Div || !integral) {
             return self.to_dtype(DType::F32)?.binary_scalar(rhs, op);
         }
         self.binary(&self.scalar_like(rhs)?, op)
@@ -129,6 +138,16 @@ impl Tensor {
     pub fn clamp(&self, min: f64, max: f64) -> Result<Tensor> {
         if min > max || min.is_nan() || max.is_nan() {
             return Err(Error::invalid("clamp", format!("needs min <= max, got min {min} and max {max}")));
+        }
+        let (mut min, mut max) = (min, max);
+        if self.dtype().is_int() {
+            // A finite bound that is not an integer makes an integer tensor f32, as in
+            // PyTorch; an infinite one is the widest integer, which each dtype saturates.
+            let fractional = |v: f64| v.is_finite() && v.fract() != 0.0;
+            if fractional(min) || fractional(max) {
+                return self.to_dtype(DType::F32)?.clamp(min, max);
+            }
+            (min, max) = (min.max(i64::MIN as f64), max.min(i64::MAX as f64));
         }
         let inside = self.ge_scalar(min)?.mul(&self.le_scalar(max)?)?;
         let clamped = self.detach().maximum_scalar(min)?.minimum_scalar(max)?;
@@ -255,7 +274,8 @@ impl Tensor {
 
     /// `log(sum(exp(x)))` over `dims`, computed stably: shifted by the slice's largest value
     /// (by 0 where that is infinite or NaN, as PyTorch: a slice of -inf gives -inf, one with
-    /// +inf gives +inf, one with NaN NaN). Its gradient is `softmax(x)` over the slice.
+    /// +inf gives +inf, one with NaN NaN; an empty slice gives -inf). Its gradient is
+    /// `softmax(x)` over the slice.
     pub fn logsumexp(&self, dims: impl Dims) -> Result<Tensor> {
         self.logsumexp_impl(dims, false)
     }
@@ -266,10 +286,17 @@ impl Tensor {
         self.expect_float("logsumexp")?;
         let dims = dims.to_indexes(self.shape(), "logsumexp")?;
         // The shift is detached: the result does not depend on it, so its gradient terms
-        // cancel exactly. `m - m == 0` holds where m is finite only.
-        let m = self.max_keepdim(dims.clone())?.detach();
-        let zero = m.zeros_like()?;
-        let shift = m.sub(&m)?.eq(&zero)?.where_cond(&m, &zero)?;
+        // cancel exactly. `m - m == 0` holds where m is finite only. Empty slices have no
+        // max: their shift is 0 and their sum 0, so the result is log(0) = -inf.
+        let shift = if dims.iter().any(|&d| self.dims()[d] == 0) {
+            let mut kept = self.dims().to_vec();
+            dims.iter().for_each(|&d| kept[d] = 1);
+            Tensor::zeros(kept, self.dtype(), self.device())?
+        } else {
+            let m = self.max_keepdim(dims.clone())?.detach();
+            let zero = m.zeros_like()?;
+            m.sub(&m)?.eq(&zero)?.where_cond(&m, &zero)?
+        };
         let sum = self.sub(&shift)?.exp()?.reduce(dims, ReduceOp::Sum, keepdim)?;
         let shift = if keepdim { shift } else { shift.reshape(sum.dims().to_vec())? };
         sum.log()?.add(&shift)

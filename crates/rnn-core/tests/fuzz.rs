@@ -309,6 +309,12 @@ fn unary_ops(device: Device) -> Result<()> {
             expect("clamp", x.clamp(lo, hi), (lo <= hi).then(|| s.shape.clone()));
             expect("to_dtype", x.to_dtype(to), Some(s.shape.clone()));
             for bop in BinaryOp::ALL {
+                // An integer scalar divisor 0 is an error for `//` and `%` (a fractional one
+                // makes an integer tensor f32).
+                let by_zero = matches!(bop, BinaryOp::FloorDivide | BinaryOp::Remainder)
+                    && !float
+                    && lo == 0.0
+                    && x.elem_count() > 0;
                 let scalar = match bop {
                     BinaryOp::Add => x.add_scalar(lo),
                     BinaryOp::Sub => x.sub_scalar(lo),
@@ -317,8 +323,10 @@ fn unary_ops(device: Device) -> Result<()> {
                     BinaryOp::Pow => x.pow_scalar(lo),
                     BinaryOp::Maximum => x.maximum_scalar(lo),
                     BinaryOp::Minimum => x.minimum_scalar(lo),
+                    BinaryOp::FloorDivide => x.floor_divide_scalar(lo),
+                    BinaryOp::Remainder => x.remainder_scalar(lo),
                 };
-                expect(bop.name(), scalar, Some(s.shape.clone()));
+                expect(bop.name(), scalar, (!by_zero).then(|| s.shape.clone()));
             }
             expect("eq_scalar", x.eq_scalar(lo), Some(s.shape.clone()));
             expect("masked_fill", x.masked_fill(&x.gt_scalar(0.0).unwrap(), hi), Some(s.shape.clone()));
@@ -337,8 +345,14 @@ fn binary_and_cmp_ops(device: Device) -> Result<()> {
         let (a, b) = (build(&sa), build(&sb));
         let (a_before, b_before) = (check(&a), check(&b));
         let out = broadcast(&sa.shape, &sb.shape).filter(|_| sa.dtype == sb.dtype);
+        // An integer `//` or `%` by a 0 that reaches the output is an error (ZeroDivisionError
+        // in PyTorch); broadcasting repeats every element of b in a non-empty output.
+        let nonempty = out.as_ref().is_some_and(|o| o.iter().product::<usize>() > 0);
+        let int_by_zero = sa.dtype.is_int() && nonempty && b_before.contains(&0.0);
         for &op in BinaryOp::ALL {
-            if let Some(y) = expect(op.name(), a.binary(&b, op), out.clone()) {
+            let divides = matches!(op, BinaryOp::FloorDivide | BinaryOp::Remainder);
+            let out = out.clone().filter(|_| !(divides && int_by_zero));
+            if let Some(y) = expect(op.name(), a.binary(&b, op), out) {
                 // Integers divide as f32 (PyTorch's true division).
                 let int_div = op == BinaryOp::Div && sa.dtype.is_int();
                 assert_eq!(y.dtype(), if int_div { DType::F32 } else { sa.dtype });

@@ -322,7 +322,9 @@ fn unary_cases() -> Vec<Case> {
 fn binary_domains(op: BinaryOp) -> (Domain, Domain) {
     match op {
         BinaryOp::Pow => (Domain::Positive, Domain::Any),
-        BinaryOp::Div => (Domain::Any, Domain::AwayFromZero),
+        // `//` and `%` jump where a is a multiple of b: random inputs are almost surely not
+        // within `H` of one.
+        BinaryOp::Div | BinaryOp::FloorDivide | BinaryOp::Remainder => (Domain::Any, Domain::AwayFromZero),
         _ => (Domain::Any, Domain::Any),
     }
 }
@@ -341,12 +343,16 @@ fn binary_cases() -> Vec<Case> {
         ];
         for (what, a, b) in pairs {
             let ins = vec![a.domain(da), b.domain(db)];
-            cases.push(case(format!("{} ({what})", op.name()), ins, move |x| x[0].binary(&x[1], op)));
+            let mut c = case(format!("{} ({what})", op.name()), ins, move |x| x[0].binary(&x[1], op));
+            c.zero_grad = op == BinaryOp::FloorDivide;
+            cases.push(c);
         }
         let scalar = if op == BinaryOp::Div { 0.7 } else { 0.3 };
         let ins = vec![inp(&[3, 4]).domain(da)];
-        cases
-            .push(case(format!("{} (scalar rhs)", op.name()), ins, move |x| x[0].binary(&x[0].full_like(scalar)?, op)));
+        let mut c =
+            case(format!("{} (scalar rhs)", op.name()), ins, move |x| x[0].binary(&x[0].full_like(scalar)?, op));
+        c.zero_grad = op == BinaryOp::FloorDivide;
+        cases.push(c);
     }
     cases
 }

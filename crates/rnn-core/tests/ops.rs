@@ -342,6 +342,8 @@ fn binary_ref(op: BinaryOp) -> fn(f64, f64) -> f64 {
         BinaryOp::Pow => f64::powf,
         BinaryOp::Maximum => f64::max,
         BinaryOp::Minimum => f64::min,
+        BinaryOp::FloorDivide => |a, b| (a / b).floor(),
+        BinaryOp::Remainder => |a, b| a - b * (a / b).floor(),
     }
 }
 
@@ -355,7 +357,9 @@ fn binary_input(
 ) -> Result<Tensor> {
     match (op, lhs) {
         (BinaryOp::Pow, true) => Tensor::rand_with(rng, 0.1, 3.0, dims.to_vec(), dtype, device),
-        (BinaryOp::Div, false) => Tensor::rand_with(rng, 0.5, 2.0, dims.to_vec(), dtype, device),
+        (BinaryOp::Div | BinaryOp::FloorDivide | BinaryOp::Remainder, false) => {
+            Tensor::rand_with(rng, 0.5, 2.0, dims.to_vec(), dtype, device)
+        }
         _ => Tensor::rand_with(rng, -3.0, 3.0, dims.to_vec(), dtype, device),
     }
 }
@@ -410,8 +414,24 @@ fn binary_scalar_and_int(device: Device) -> Result<()> {
     assert_eq!(i.mul(&j)?.to_vec::<i64>()?, vec![14, -24, 0, -40]);
     assert_eq!(i.div(&j)?.dtype(), DType::F32, "integers divide as f32 (integer_division_is_true_division)");
     assert_eq!(i.maximum(&j)?.to_vec::<i64>()?, vec![7, 3, 9, 10]);
+    // Python's // and % on integers (PyTorch's values); a zero divisor is an error, as
+    // PyTorch's ZeroDivisionError; a fractional scalar makes the result f32.
+    let (p, q) =
+        (Tensor::from_vec(vec![7i64, -7, 7, -7], 4, device)?, Tensor::from_vec(vec![2i64, 2, -2, -2], 4, device)?);
+    assert_eq!(p.floor_divide(&q)?.to_vec::<i64>()?, vec![3, -4, -4, 3]);
+    assert_eq!(p.remainder(&q)?.to_vec::<i64>()?, vec![1, 1, -1, -1]);
+    for r in [i.floor_divide(&j), i.remainder(&j), i.remainder_scalar(0.0)] {
+        let e = r.expect_err("integer // or % by zero").to_string();
+        assert!(e.contains("division by zero"), "{e}");
+    }
+    assert_eq!(p.floor_divide_scalar(2.5)?.to_vec::<f32>()?, vec![2.0, -3.0, 2.0, -3.0]);
+    assert_eq!(p.remainder_scalar(-3.0)?.to_vec::<i64>()?, vec![-2, -1, -2, -1]);
+    let v = Tensor::from_vec(vec![7u8, 200], 2, device)?;
+    let w = Tensor::from_vec(vec![2u8, 3], 2, device)?;
+    assert_eq!((v.floor_divide(&w)?.to_vec::<u8>()?, v.remainder(&w)?.to_vec::<u8>()?), (vec![3, 66], vec![1, 2]));
     let u = Tensor::from_vec(vec![250u8, 3], 2, device)?;
     assert_eq!(u.add_scalar(10.0)?.to_vec::<u8>()?, vec![4, 13], "u8 addition wraps");
+    assert_eq!(u.add_scalar(0.5)?.to_vec::<f32>()?, vec![250.5, 3.5], "a fractional scalar makes it f32");
     assert!(x.add(&i).is_err(), "f32 + i64");
     assert!(x.add(&tensor(&[1.0; 3], &[3], DType::F32, device)).is_err(), "[2, 2] + [3]");
     Ok(())
@@ -596,6 +616,14 @@ fn reductions(device: Device) -> Result<()> {
     let empty = Tensor::zeros((2, 0), DType::F32, device)?;
     assert_eq!(empty.sum(1)?.to_vec::<f32>()?, vec![0.0, 0.0]);
     assert!(empty.max(1).is_err() && empty.argmax(1).is_err(), "max over an empty dim");
+    // log(sum(exp())) of nothing: log(0), as PyTorch's; the empty input's gradient is empty.
+    let x = empty.requires_grad();
+    let lse = x.logsumexp_keepdim(1)?;
+    assert_eq!((lse.dims(), lse.to_vec::<f32>()?), (&[2, 1][..], vec![f32::NEG_INFINITY; 2]));
+    assert_eq!(x.logsumexp(rnn_core::AllDims)?.to_vec::<f32>()?, vec![f32::NEG_INFINITY]);
+    assert_eq!(empty.logsumexp(0)?.dims(), &[0], "no slices: an empty result");
+    let grads = lse.sum_all()?.backward()?;
+    assert_eq!(grads.get(&x).expect("a gradient for x").dims(), &[2, 0]);
     // No outputs, each of a long reduction (the GPUs split those over blocks per output).
     let no_rows = Tensor::zeros((0, 5000), DType::F32, device)?;
     assert_eq!(no_rows.sum(1)?.dims(), &[0]);

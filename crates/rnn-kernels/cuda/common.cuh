@@ -78,6 +78,40 @@ template <typename I> __device__ __forceinline__ I float_to_int(double x, double
     return (I)x;
 }
 
+// Python's `//` and `%` on floats, as PyTorch's floor_divide and remainder (and the CPU's
+// num.rs): from the exact fmod; the quotient (a - mod) / b is an integer up to one
+// rounding, which the last step corrects. A zero divisor gives IEEE's inf or NaN.
+template <typename C> __device__ __forceinline__ C floor_divide_float(C a, C b) {
+    if (b == (C)0) return a / b;
+    const C mod = fmod(a, b);
+    C div = (a - mod) / b;
+    if (mod != (C)0 && (b < (C)0) != (mod < (C)0)) div -= (C)1;
+    if (div == (C)0) return copysign((C)0, a / b);
+    C floor_div = floor(div);
+    if (div - floor_div > (C)0.5) floor_div += (C)1;
+    return floor_div;
+}
+template <typename C> __device__ __forceinline__ C remainder_float(C a, C b) {
+    C mod = fmod(a, b);
+    if (mod != (C)0 && (b < (C)0) != (mod < (C)0)) mod += b;
+    return mod;
+}
+
+// The integer forms: a zero divisor gives 0 (Tensor::floor_divide reports it as an error
+// before launching), MIN // -1 wraps to MIN. `(r > 0) != (b > 0)`: the signs differ.
+template <typename I> __device__ __forceinline__ bool is_minus_one(I b) { return (I)-1 < (I)0 && b == (I)-1; }
+template <typename I> __device__ __forceinline__ I floor_divide_int(I a, I b) {
+    if (b == 0) return (I)0;
+    if (is_minus_one(b)) return (I)((u64)0 - (u64)a);
+    const I q = a / b, r = a % b;
+    return (r != 0 && (r > 0) != (b > 0)) ? (I)(q - 1) : q;
+}
+template <typename I> __device__ __forceinline__ I remainder_int(I a, I b) {
+    if (b == 0 || is_minus_one(b)) return (I)0;
+    const I r = a % b;
+    return (r != 0 && (r > 0) != (b > 0)) ? (I)(r + b) : r;
+}
+
 // Whether the index `id` (u8, u32 or i64) names one of `size` slices.
 __device__ __forceinline__ bool negative(u8) { return false; }
 __device__ __forceinline__ bool negative(u32) { return false; }

@@ -110,3 +110,72 @@ fn f_to_i32(x: f32) -> i32 {
     if (x <= -2147483648.0) { return -2147483647 - 1; }
     return i32(x);
 }
+
+// fmod(x, y) exactly, by long division of the significands as C libraries compute it
+// (WGSL's float % is x - y * trunc(x / y), which rounds). NaN for a zero or NaN y and an
+// infinite or NaN x; x itself when |x| < |y| (y infinite included).
+fn fmod_exact(x: f32, y: f32) -> f32 {
+    let ax = bitcast<u32>(x) & 0x7fffffffu;
+    let ay = bitcast<u32>(y) & 0x7fffffffu;
+    let sign = bitcast<u32>(x) & 0x80000000u;
+    if (ay == 0u || ax >= 0x7f800000u || ay > 0x7f800000u) { return bitcast<f32>(0x7fc00000u); }
+    if (ax < ay) { return x; }
+    if (ax == ay) { return bitcast<f32>(sign); }
+    var ex = i32(ax >> 23u);
+    var mx = ax & 0x7fffffu;
+    if (ex == 0) { ex = 1; } else { mx = mx | 0x800000u; }
+    while (mx < 0x800000u) { mx = mx << 1u; ex = ex - 1; }
+    var ey = i32(ay >> 23u);
+    var my = ay & 0x7fffffu;
+    if (ey == 0) { ey = 1; } else { my = my | 0x800000u; }
+    while (my < 0x800000u) { my = my << 1u; ey = ey - 1; }
+    // mx < 2 my on every pass: subtract when it fits, then shift in the next bit.
+    for (; ex > ey; ex = ex - 1) {
+        if (mx >= my) { mx = mx - my; }
+        if (mx == 0u) { return bitcast<f32>(sign); }
+        mx = mx << 1u;
+    }
+    if (mx >= my) { mx = mx - my; }
+    if (mx == 0u) { return bitcast<f32>(sign); }
+    while (mx < 0x800000u) { mx = mx << 1u; ex = ex - 1; }
+    if (ex > 0) { return bitcast<f32>(sign | (u32(ex) << 23u) | (mx & 0x7fffffu)); }
+    return bitcast<f32>(sign | (mx >> u32(1 - ex)));
+}
+
+// Python's `//` and `%` on floats, as PyTorch's floor_divide and remainder (see the CUDA
+// forms in common.cuh).
+fn floor_divide_f32(a: f32, b: f32) -> f32 {
+    if (b == 0.0) { return a / b; }
+    let m = fmod_exact(a, b);
+    var div = (a - m) / b;
+    if (m != 0.0 && (b < 0.0) != (m < 0.0)) { div = div - 1.0; }
+    if (div == 0.0) { return bitcast<f32>((bitcast<u32>(a) ^ bitcast<u32>(b)) & 0x80000000u); }
+    var floor_div = floor(div);
+    if (div - floor_div > 0.5) { floor_div = floor_div + 1.0; }
+    return floor_div;
+}
+fn remainder_f32(a: f32, b: f32) -> f32 {
+    var m = fmod_exact(a, b);
+    if (m != 0.0 && (b < 0.0) != (m < 0.0)) { m = m + b; }
+    return m;
+}
+
+// The integer forms (i64 is stored as i32): a zero divisor gives 0, as on the CPU.
+fn floor_divide_i32(a: i32, b: i32) -> i32 {
+    if (b == 0) { return 0; }
+    if (b == -1) { return bitcast<i32>(0u - bitcast<u32>(a)); }
+    let q = a / b;
+    let r = a - q * b;
+    return select(q, q - 1, r != 0 && (r > 0) != (b > 0));
+}
+fn remainder_i32(a: i32, b: i32) -> i32 {
+    if (b == 0 || b == -1) { return 0; }
+    let r = a - (a / b) * b;
+    return select(r, r + b, r != 0 && (r > 0) != (b > 0));
+}
+fn floor_divide_u32(a: u32, b: u32) -> u32 {
+    return select(a / select(b, 1u, b == 0u), 0u, b == 0u);
+}
+fn remainder_u32(a: u32, b: u32) -> u32 {
+    return select(a % select(b, 1u, b == 0u), 0u, b == 0u);
+}

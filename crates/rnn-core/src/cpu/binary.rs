@@ -127,6 +127,16 @@ where
 }
 
 /// The in-place twin of `CpuBinary`: the result goes into the left operand's buffer.
+/// The work per element of a binary op, for the parallel split: pow goes through exp and
+/// log, `//` and `%` through the C library's fmod; the others are memory-bound.
+fn binary_work(name: &str) -> usize {
+    if matches!(name, "pow" | "floor_divide" | "remainder") {
+        HEAVY
+    } else {
+        1
+    }
+}
+
 struct CpuBinaryAssign<'a> {
     dst: &'a mut CpuStorage,
     src: (&'a CpuStorage, &'a Layout),
@@ -137,7 +147,7 @@ impl BinaryVisitor for CpuBinaryAssign<'_> {
 
     fn visit<K: BinaryKernel>(self) -> Result<()> {
         let (dst, (src, ls)) = (self.dst, self.src);
-        let work = if K::NAME == "pow" { HEAVY } else { 1 };
+        let work = binary_work(K::NAME);
         macro_rules! arm {
             ($($v:ident),*) => {
                 match (dst, src) {
@@ -160,8 +170,7 @@ impl BinaryVisitor for CpuBinary<'_> {
 
     fn visit<K: BinaryKernel>(self) -> Result<CpuStorage> {
         let ((a, la), (b, lb)) = (self.a, self.b);
-        // pow goes through exp and log; the others are memory-bound.
-        let work = if K::NAME == "pow" { HEAVY } else { 1 };
+        let work = binary_work(K::NAME);
         macro_rules! arm {
             ($($v:ident),*) => {
                 match (a, b) {

@@ -210,6 +210,8 @@ fn cuda_binary_store(op: BinaryOp, dtype: DType, t: &str) -> String {
         }
         BinaryOp::Maximum => "(a > b ? a : b)".into(),
         BinaryOp::Minimum => "(a < b ? a : b)".into(),
+        BinaryOp::FloorDivide => format!("floor_divide_int<{t}>(a, b)"),
+        BinaryOp::Remainder => format!("remainder_int<{t}>(a, b)"),
         // Integer add, sub and mul wrap: computed as unsigned 64-bit, then truncated.
         _ => format!("({t})((u64)a {} (u64)b)", binary_symbol(op)),
     }
@@ -293,6 +295,10 @@ fn wgsl_binary_store(op: BinaryOp, dtype: DType, t: &str) -> String {
         },
         (_, BinaryOp::Maximum) => "select(b, a, a > b)".into(),
         (_, BinaryOp::Minimum) => "select(b, a, a < b)".into(),
+        (DType::I64, BinaryOp::FloorDivide) => "floor_divide_i32(a, b)".into(),
+        (DType::I64, BinaryOp::Remainder) => "remainder_i32(a, b)".into(),
+        (_, BinaryOp::FloorDivide) => "floor_divide_u32(a, b)".into(),
+        (_, BinaryOp::Remainder) => "remainder_u32(a, b)".into(),
         (DType::U8, _) => format!("({expr}) & 255u"),
         _ => expr.to_string(),
     }

@@ -487,6 +487,35 @@ for name, fn in ROUNDING.items():
 case("unary_round_halves", {"op": "unary", "fn": "round"}, [f(torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5], dtype=F64))],
      torch.round)
 
+# Python's // and % (floor_divide, remainder): the divisor's sign, exact fmod. Operands whose
+# quotients are >= 0.02 from an integer, so f32 inputs round to the same floor. PyTorch has no
+# derivative for floor_divide: forward only (ours is zero, as floor's).
+
+
+def quotient_pair(sa, sb):
+    while True:
+        a, b = rand(sa, -3.0, 3.0), rand_away(sb)
+        q = a / b
+        frac = q - torch.floor(q)
+        if torch.minimum(frac, 1 - frac).min() >= 0.02:
+            return a, b
+
+
+FLOOR_OPS = {"floor_divide": torch.floor_divide, "remainder": torch.remainder}
+for name, fn in FLOOR_OPS.items():
+    for tag, sa, sb in BIN_SHAPES:
+        a, b = quotient_pair(sa, sb)
+        case(f"binary_{name}_{tag}", {"op": "binary", "fn": name}, [f(a), f(b)], fn,
+             forward_only=name == "floor_divide")
+# Signs, signed zeros, NaN, the infinities (-1 % inf is inf), a zero divisor, exact multiples.
+FLOOR_A = torch.tensor([5.0, -5.0, 5.0, -5.0, 0.0, -0.0, NAN, INF, 1.0, -1.0, 7.5, -INF, 3.0, 2.5, -7.5, -4.0],
+                       dtype=F64)
+FLOOR_B = torch.tensor([3.0, 3.0, -3.0, -3.0, 2.0, 2.0, 1.0, 1.0, INF, INF, 0.0, 2.0, -INF, NAN, 2.0, 2.0],
+                       dtype=F64)
+for name, fn in FLOOR_OPS.items():
+    case(f"nonfinite_binary_{name}", {"op": "binary", "fn": name}, [f(FLOOR_A), f(FLOOR_B)], fn,
+         forward_only=name == "floor_divide")
+
 doc = {
     "format": 1,
     "generator": "crates/rnn-core/tests/golden/make_golden.py",

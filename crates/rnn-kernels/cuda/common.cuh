@@ -19,7 +19,8 @@
 #define RNN_DYNAMIC_SHARED(T, name) extern __shared__ __align__(16) T name[]
 #endif
 #define BLOCK 256
-// Elements per thread and trip of the unary and binary kernels (`UNROLL` in gpu/target.rs).
+// Elements per thread and trip of the unary and binary kernels (`UNROLL` in gpu/target.rs),
+// and loads in flight per thread in the long reductions (reduce.cu).
 #define UNROLL 4
 
 typedef unsigned long long u64;

@@ -185,7 +185,17 @@ extern "C" __global__ void kernel(const Info info, const T* __restrict__ x, R::O
             const u64 end = first + len < r ? first + len : r;
             const u64 base = strided_offset(info, o, info.w[4]);
             Acc a = R::identity();
-            for (u64 j = first + threadIdx.x; j < end; j += blockDim.x) a = R::merge(a, element(info, x, base, j));
+            u64 j = first + threadIdx.x;
+            // UNROLL loads in flight per thread before they are merged (one at a time kept a
+            // long reduction waiting on memory latency), merged in index order.
+            for (; j + (UNROLL - 1) * blockDim.x < end; j += UNROLL * blockDim.x) {
+                Acc e[UNROLL];
+#pragma unroll
+                for (int u = 0; u < UNROLL; ++u) e[u] = element(info, x, base, j + u * blockDim.x);
+#pragma unroll
+                for (int u = 0; u < UNROLL; ++u) a = R::merge(a, e[u]);
+            }
+            for (; j < end; j += blockDim.x) a = R::merge(a, element(info, x, base, j));
             a = block_merge(a, warps);
             if (threadIdx.x == 0) {
                 if (mode == 3) {

@@ -160,7 +160,7 @@ pub(super) fn fused_outputs(
 pub(super) fn softmax() {
     let mut rng = rng(3);
     for d in FLOATS {
-        for shape in [&[5usize, 7][..], &[4, 300], &[3, 1000], &[2, 0], &[9], &[2, 3, 40]] {
+        for shape in [&[5usize, 7][..], &[4, 300], &[3, 1000], &[2, 2500], &[2, 0], &[9], &[2, 3, 40]] {
             for (view, l, len) in views(shape) {
                 let x = plain(&mut rng, d, len);
                 for log in [false, true] {

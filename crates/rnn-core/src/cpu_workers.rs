@@ -23,11 +23,11 @@ use crate::cpu::parallel::mark_others_awake;
 /// (`RNN_CPU_WAIT=passive` turns this off): an op's other halves then start at once, without
 /// a wake-up call and the sleeping thread's way back (slow in a VM), so ops split over the
 /// threads from a smaller size (`cpu::parallel::AWAKE_PAR_WORK`). They stop when `f`
-/// returns. A worker that has found no work for `RNN_CPU_SPIN_US` (100 µs) yields its core
-/// to the OS between polls: with another busy process on the machine, two GPT trainings on
-/// 2 cores ran 1.8x faster each than with unlimited spinning
-/// (`bench/results/2026-12-01-cpu-spin-limit-2core-amd-epyc.md`). Measured on 2 cores, the GPT step takes about 9% less time
-/// (`bench/results/2026-11-30-gpt-cpu-2core-intel-r-xeon-r-processor-2-80ghz.md`). The call
+/// returns. Measured on 2 cores, the GPT step takes about 9% less time
+/// (`bench/results/2026-11-30-gpt-cpu-2core-intel-r-xeon-r-processor-2-80ghz.md`). A worker
+/// that has found no work for `RNN_CPU_SPIN_US` (100 µs) yields its core to the OS between
+/// polls: two GPT trainings sharing 2 cores ran 1.8x faster each than with unlimited
+/// spinning (`bench/results/2026-12-01-cpu-spin-limit-2core-amd-epyc.md`). The call
 /// returns once every worker has taken up its loop job (which ends at once when `f` is
 /// done), so a worker busy with another caller's long job holds the return up until then.
 ///

@@ -126,7 +126,6 @@ where
     Ok(())
 }
 
-/// The in-place twin of `CpuBinary`: the result goes into the left operand's buffer.
 /// The work per element of a binary op, for the parallel split: pow goes through exp and
 /// log, `//` and `%` through the C library's fmod; the others are memory-bound.
 fn binary_work(name: &str) -> usize {
@@ -137,6 +136,7 @@ fn binary_work(name: &str) -> usize {
     }
 }
 
+/// The in-place twin of `CpuBinary`: the result goes into the left operand's buffer.
 struct CpuBinaryAssign<'a> {
     dst: &'a mut CpuStorage,
     src: (&'a CpuStorage, &'a Layout),

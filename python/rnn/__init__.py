@@ -63,5 +63,8 @@ __all__ = [
 
 # --- training API, the seeds' APIs and the GPU API (rnn.nn, rnn.optim, rnn.micrograd, rnn.backends, rnn.gpu)
 from . import backends, gpu, micrograd, nn, optim, return_types  # noqa: E402
+# rnn.exp(x), rnn.sum(x, 1), rnn.max(x, 1), ...: the Tensor methods at module level, as in torch;
+# left out of __all__, so that `from rnn import *` does not shadow the builtins max, sum, abs, ...
+from .functions import *  # noqa: E402,F401,F403
 from .gpu import GpuContext, GpuDevice, GpuManager, GpuProfiler  # noqa: E402
 from .training import *  # noqa: E402,F401,F403  (Network, LayerBuilder, TrainingConfig, ...)

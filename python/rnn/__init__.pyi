@@ -8,6 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import return_types
+from .functions import *  # rnn.exp(x), rnn.sum(x, 1), ...: the Tensor methods at module level
 
 DTypeLike = Union[str, np.dtype, type]
 DeviceLike = Union["Device", str]

@@ -194,3 +194,45 @@ def test_logsumexp_of_nothing_is_minus_infinity():
     empty = rnn.zeros(2, 0)
     np.testing.assert_array_equal(empty.logsumexp(1).numpy(), [-np.inf, -np.inf])
     assert empty.logsumexp().item() == -np.inf
+
+
+# One call per module-level function: (name, extra arguments), against the method.
+MODULE_CALLS = [
+    ("abs", ()), ("add", (2.0,)), ("amax", (1,)), ("amin", (0,)), ("argmax", (1,)), ("argmin", ()),
+    ("broadcast_to", ((2, 3, 4),)), ("ceil", ()), ("clamp", (-0.5, 0.5)), ("clip", (-0.5, 0.5)), ("clone", ()),
+    ("cos", ()), ("detach", ()), ("div", (2.0,)), ("eq", (0.0,)), ("erf", ()), ("exp", ()), ("flatten", ()),
+    ("floor", ()), ("floor_divide", (0.3,)), ("ge", (0.0,)), ("gt", (0.0,)), ("isfinite", ()), ("isinf", ()),
+    ("isnan", ()), ("le", (0.0,)), ("log", ()), ("log_softmax", (1,)), ("logsumexp", (1,)), ("lt", (0.0,)),
+    ("matmul", (np.ones((4, 2), np.float32),)), ("maximum", (0.0,)), ("mean", ()), ("minimum", (0.0,)),
+    ("mul", (3.0,)), ("narrow", (1, 1, 2)), ("ne", (0.0,)), ("neg", ()), ("permute", (1, 0)), ("pow", (2.0,)),
+    ("reciprocal", ()), ("relu", ()), ("remainder", (0.3,)), ("reshape", (4, 3)), ("round", ()), ("sigmoid", ()),
+    ("sign", ()), ("sin", ()), ("softmax", (0,)), ("sqrt", ()), ("square", ()), ("squeeze", ()), ("std", ()),
+    ("sub", (1.0,)), ("sum", (1,)), ("t", ()), ("tanh", ()), ("transpose", (0, 1)), ("trunc", ()),
+    ("unsqueeze", (0,)), ("var", (0,)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, args", MODULE_CALLS, ids=[c[0] for c in MODULE_CALLS])
+def test_module_functions_are_the_methods(name, args):
+    a = np.abs(rand(3, 4)) + 0.1
+    want = getattr(rnn.Tensor(a), name)(*args)
+    got = getattr(rnn, name)(rnn.Tensor(a), *args)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    np.testing.assert_array_equal(getattr(rnn, name)(a, *args).numpy(), want.numpy())  # a numpy input
+    assert name in getattr(rnn, name).__doc__
+
+
+def test_every_module_function_has_a_call_and_the_pairs_work():
+    tested = {name for name, _ in MODULE_CALLS} | {"max", "min", "gather", "index_select", "masked_fill", "numel"}
+    assert tested == set(rnn.functions.NAMES)
+    t = rnn.Tensor(np.array([[1.0, 5.0], [7.0, 2.0]], np.float32))
+    values, indices = rnn.max(t, 1)
+    np.testing.assert_array_equal(indices.numpy(), [1, 0])
+    assert rnn.min(t).item() == 1.0 and rnn.numel(t) == 4
+    np.testing.assert_array_equal(rnn.gather(t, 1, np.array([[1], [0]])).numpy(), [[5.0], [7.0]])
+    np.testing.assert_array_equal(rnn.index_select(t, 0, np.array([1])).numpy(), [[7.0, 2.0]])
+    np.testing.assert_array_equal(rnn.masked_fill(t, t.numpy() > 4, 0.0).numpy(), [[1.0, 0.0], [0.0, 2.0]])
+    # Not exported by `from rnn import *`: the builtins max, sum, abs stay the builtins.
+    namespace = {}
+    exec("from rnn import *", namespace)
+    assert "max" not in namespace and "sum" not in namespace

@@ -19,7 +19,7 @@ use rnn_train::checkpoint::{self, Checkpoint};
 use crate::autograd::{slot_for, GradSlot};
 use crate::device::{device_from_py, device_or, PyDevice};
 use crate::errors::without_gil;
-use crate::numpy_io::{dtype_from_py, dtype_or};
+use crate::numpy_io::dtype_or;
 use crate::tensor::PyTensor;
 
 /// Builds a layer's fresh parameters with a `VarBuilder` (on its device, in its dtype).
@@ -86,7 +86,7 @@ impl PyLayer {
         recipe: Recipe,
     ) -> PyResult<PyLayer> {
         let device = device_from_py(device)?;
-        let dtype = dtype.map(dtype_from_py).transpose()?.unwrap_or(DType::F32);
+        let dtype = dtype_or(dtype, DType::F32)?;
         let make = recipe.clone();
         let layer = without_gil(py, move || {
             let mut vb = VarBuilder::new(device, dtype, next_seed()?);

@@ -5,12 +5,7 @@ use rnn_core::Tensor;
 
 use crate::errors::run_op;
 use crate::tensor::{tensor_from_py, PyTensor};
-
-/// Runs `f` on the tensor (the GIL released for large tensors) and wraps the result.
-fn apply(py: Python<'_>, t: &Tensor, f: impl FnOnce(&Tensor) -> rnn_core::Result<Tensor> + Send) -> PyResult<PyTensor> {
-    let t2 = t.clone();
-    Ok(PyTensor::new(run_op(py, &[t], move || f(&t2))?))
-}
+use crate::tensor_shape::apply;
 
 /// One Python method per core unary op, with its docstring.
 macro_rules! unary_methods {

@@ -88,8 +88,8 @@ fn where_fn(
 ) -> PyResult<PyTensor> {
     // A number as `input` takes `other`'s dtype, as a number on the left of an operator.
     let number = |x: &Bound<'_, PyAny>| x.is_instance_of::<PyFloat>() || x.is_instance_of::<PyInt>();
-    if number(input) && other.cast::<PyTensor>().is_ok() {
-        return select(py, condition, &other.cast::<PyTensor>()?.borrow().inner, input, true);
+    if let (true, Ok(other)) = (number(input), other.cast::<PyTensor>()) {
+        return select(py, condition, &other.borrow().inner, input, true);
     }
     select(py, condition, &tensor_from_py(input)?, other, false)
 }

@@ -120,7 +120,7 @@ pub fn run_memory(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<V
 type ProductShape = (usize, usize, usize, bool, bool);
 
 /// f32 products at training shapes (`rnn bench cpu --gemm-shapes`): the MLP step's (those of
-/// `bench_mlp`) and the char-GPT step's.
+/// `bench_mlp`) and the char-GPT step's, then Linear layers' forward (`bench_linear_forward`).
 pub fn run_gemm_shapes(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliResult<Vec<Record>> {
     // Char-GPT, 2048 tokens, width 128: projections, MLP, head, their gradients.
     const GPT: [ProductShape; 6] = [
@@ -139,7 +139,24 @@ pub fn run_gemm_shapes(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliRes
         let (a, b) = product_operands(shape)?;
         bench.measure(&name, Score::Flops(flops), || a.matmul(&b).map(drop))?;
     }
+    bench_linear_forward(&mut bench)?;
     Ok(bench.records)
+}
+
+/// Linear layers' forward products (`x · wᵀ` through `Tensor::linear`, as `nn::Linear` runs
+/// them; `m x n x k` is batch x outputs x inputs): inputs of 512 and 1024 features, whose
+/// transposed weight the product copies to padded columns first (see `cpu/padded_columns.rs`
+/// in rnn-core), at batches 2 to 128, and 784 inputs, which it multiplies as they are.
+fn bench_linear_forward(bench: &mut Bench) -> CliResult<()> {
+    const LINEAR: [(usize, usize, usize); 6] =
+        [(2, 1024, 1024), (32, 512, 512), (128, 256, 512), (128, 1024, 1024), (512, 512, 512), (128, 512, 784)];
+    for (m, n, k) in LINEAR {
+        let (x, w) = (randn((m, k))?, randn((n, k))?);
+        let name = format!("linear_f32_{m}x{n}x{k}");
+        let flops = product_flops((m, n, k, false, true));
+        bench.measure(&name, Score::Flops(flops), || x.linear(&w, None, rnn::Epilogue::None).map(drop))?;
+    }
+    Ok(())
 }
 
 /// `gemm_f32_<m>x<n>x<k>`, then `_ta` / `_tb` for a transposed operand.

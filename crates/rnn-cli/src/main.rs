@@ -93,8 +93,9 @@ struct CpuSuiteArgs {
     /// Only the memory-bound rows: elementwise, softmax, sum (the twin's --memory-only).
     #[arg(long, conflicts_with = "gemm_shapes")]
     memory_only: bool,
-    /// Only f32 products at the MLP and GPT training shapes, transposed operands included
-    /// (no twin: run it with and without RNN_CPU_F32_GEMM=packed to compare our kernels).
+    /// Only f32 products at the MLP and GPT training shapes, transposed operands included,
+    /// and Linear layers' forward at a few widths (no twin: run it with and without
+    /// RNN_CPU_F32_GEMM=packed to compare our kernels).
     #[arg(long, conflicts_with = "matmul_only")]
     gemm_shapes: bool,
 }

@@ -4,15 +4,18 @@
 //! output after every depth block, PyTorch rounds once.
 //! Inputs are `[batch.., m, k]` and `[batch.., k, n]` with equal batch dims, any strides.
 
+use std::ops::Range;
+
 use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
 use super::matmul_half::GemmInput;
 use super::packed_gemm::Mat;
+use super::padded_columns::with_padded_columns;
 use super::parallel::SharedOut;
 use super::strided::StridedIndex;
 use super::CpuStorage;
-use crate::{Error, Layout, Result};
+use crate::{Error, Layout, Result, WithDType};
 
 /// Matmuls below this many multiply-adds run on one thread.
 const PAR_FLOPS: usize = 1 << 18;
@@ -37,7 +40,7 @@ pub(super) struct Operand<T>(pub(super) *const T, pub(super) isize, pub(super) i
 /// `dst = a @ b` (or `dst += a @ b` when `accumulate`) for one `m x n` row-major output.
 ///
 /// SAFETY: the operands must address `m x k` and `k x n` valid elements.
-pub(super) unsafe fn gemm_one<T: Copy + Send + Sync + 'static>(
+pub(super) unsafe fn gemm_one<T: WithDType>(
     dst: &mut [T],
     (m, n, k): (usize, usize, usize),
     a: Operand<T>,
@@ -50,16 +53,24 @@ pub(super) unsafe fn gemm_one<T: Copy + Send + Sync + 'static>(
     if unsafe { packed_f32(dst, (m, n, k), a, b, par, accumulate) } {
         return;
     }
-    match par {
-        Parallelism::Rayon(threads) if threads > 1 && runs_in_stripes((m, n, k)) => {
-            // SAFETY: the caller's guarantee, passed on.
-            unsafe { gemm_in_stripes(dst, (m, n, k), a, b, (zero, one), threads, accumulate) };
-            return;
-        }
-        _ => {}
+    let threads = match par {
+        Parallelism::Rayon(threads) => threads,
+        Parallelism::None => 1,
+    };
+    if threads > 1 && runs_in_stripes((m, n, k)) {
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { gemm_in_stripes(dst, (m, n, k), a, b, (zero, one), threads, accumulate) };
+        return;
     }
-    // SAFETY: the caller's guarantee; `dst` holds `m x n` row-major elements.
-    unsafe { crate_gemm((dst.as_mut_ptr(), n), (m, n, k), a, b, (zero, one), par, accumulate) };
+    let dst = dst.as_mut_ptr();
+    // SAFETY: the caller's guarantee; `dst` holds `m x n` row-major elements, of which the
+    // product writes `columns`.
+    unsafe {
+        with_padded_columns(b, (m, n, k), threads > 1, |b, columns| {
+            let dims = (m, columns.len(), k);
+            crate_gemm((dst.add(columns.start), n), dims, a, b, (zero, one), par, accumulate)
+        })
+    }
 }
 
 /// One call of the gemm crate: `dst = a @ b` (or `+=` when `accumulate`) for an `m x n`
@@ -123,7 +134,7 @@ unsafe impl<T: Sync> Sync for Operand<T> {}
 /// rows when `m >= n` (every stripe packs all of `b`), else columns (all of `a`).
 ///
 /// SAFETY: as `gemm_one`.
-unsafe fn gemm_in_stripes<T: Copy + Send + Sync + 'static>(
+unsafe fn gemm_in_stripes<T: WithDType>(
     dst: &mut [T],
     (m, n, k): (usize, usize, usize),
     a: Operand<T>,
@@ -137,24 +148,47 @@ unsafe fn gemm_in_stripes<T: Copy + Send + Sync + 'static>(
     let stripes = threads.min(long.div_ceil(16)).max(1);
     let step = long.div_ceil(stripes);
     let out = SharedOut(dst.as_mut_ptr());
-    let stripe = |s: usize| {
-        let (start, end) = (s * step, ((s + 1) * step).min(long));
-        if start >= end {
-            return;
-        }
-        let len = end - start;
-        // SAFETY: the stripe's operands and output lie inside the caller's blocks; stripes
-        // write disjoint rows (or columns) of dst.
-        unsafe {
-            let (c, pa, pb, dims) = if by_rows {
-                (out.at(start * n), Operand(a.0.offset(start as isize * a.1), a.1, a.2), b, (len, n, k))
-            } else {
-                (out.at(start), a, Operand(b.0.offset(start as isize * b.2), b.1, b.2), (m, len, k))
-            };
-            crate_gemm((c, n), dims, pa, pb, (zero, one), Parallelism::None, accumulate)
+    let bounds = |s: usize| (s * step, ((s + 1) * step).min(long));
+    // Row stripes share `b`, padded once below if its columns conflict; a column stripe
+    // pads its own part of `b`. Both capture whole operands, which are `Sync`, not their
+    // pointer fields.
+    let row_stripe = |s: usize, b: Operand<T>, columns: Range<usize>| {
+        let a: Operand<T> = a;
+        let (start, end) = bounds(s);
+        if start < end {
+            // SAFETY: the stripe's rows of `a` and of dst, and `columns` of dst, lie inside
+            // the caller's blocks; stripes write disjoint rows of dst.
+            unsafe {
+                let (pa, c) = (Operand(a.0.offset(start as isize * a.1), a.1, a.2), out.at(start * n + columns.start));
+                crate_gemm((c, n), (end - start, columns.len(), k), pa, b, (zero, one), Parallelism::None, accumulate)
+            }
         }
     };
-    (0..stripes).into_par_iter().for_each(stripe);
+    let column_stripe = |s: usize| {
+        let b: Operand<T> = b;
+        let (start, end) = bounds(s);
+        if start < end {
+            // SAFETY: the stripe's columns of `b` and of dst lie inside the caller's blocks;
+            // stripes write disjoint columns of dst.
+            unsafe {
+                let pb = Operand(b.0.offset(start as isize * b.2), b.1, b.2);
+                with_padded_columns(pb, (m, end - start, k), false, |pb, columns| {
+                    let c = out.at(start + columns.start);
+                    crate_gemm((c, n), (m, columns.len(), k), a, pb, (zero, one), Parallelism::None, accumulate)
+                })
+            }
+        }
+    };
+    if by_rows {
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            with_padded_columns(b, (m, n, k), true, |b, columns| {
+                (0..stripes).into_par_iter().for_each(|s| row_stripe(s, b, columns.clone()))
+            })
+        }
+    } else {
+        (0..stripes).into_par_iter().for_each(column_stripe);
+    }
 }
 
 /// Whether f32 products run our packed GEMM instead of the `gemm` crate: only when
@@ -204,14 +238,7 @@ unsafe fn packed_f32<T: 'static>(
     true
 }
 
-fn gemm_typed<T: Copy + bytemuck::Zeroable + Send + Sync + 'static>(
-    a: &[T],
-    la: &Layout,
-    b: &[T],
-    lb: &Layout,
-    d: &Dims,
-    units: (T, T),
-) -> Result<Vec<T>> {
+fn gemm_typed<T: WithDType>(a: &[T], la: &Layout, b: &[T], lb: &Layout, d: &Dims, units: (T, T)) -> Result<Vec<T>> {
     // The product overwrites the whole output (`read_dst` false) unless k is 0.
     let n_out = d.batch * d.m * d.n;
     let mut out = if d.k == 0 { super::parallel::zeroed_vec(n_out)? } else { super::parallel::output_vec(n_out)? };
@@ -261,7 +288,7 @@ fn half_product<E: GemmInput>(a: &[E], la: &Layout, b: &[E], lb: &Layout, d: &Di
 
 /// `dst = a @ b` for 2-D `a` `[m, k]` and `b` `[k, n]` (any strides) into the row-major
 /// `m x n` `dst`: the product of a fused op, whose epilogue then runs on `dst`.
-pub(crate) fn gemm_into<T: Copy + Send + Sync + 'static>(
+pub(crate) fn gemm_into<T: WithDType>(
     dst: &mut [T],
     (a, la): (&[T], &Layout),
     (b, lb): (&[T], &Layout),
@@ -412,6 +439,27 @@ mod tests {
             // SAFETY: the checker passes operands and an output of these dimensions.
             check_against_plain_product(dims, |dst, a, b, accumulate| unsafe {
                 gemm_in_stripes(dst, dims, a, b, (0.0, 1.0), 3, accumulate)
+            });
+        }
+    }
+
+    /// A transposed right operand whose columns are 1 KiB apart (k = 128 f64) goes through a
+    /// padded copy: on one thread, on the crate's split, and in stripes by columns and by
+    /// rows (`check_against_plain_product`'s third layout); 16,000 columns take two blocks
+    /// of copies (`MAX_COPY_BYTES`).
+    #[test]
+    fn padded_columns_match_the_plain_product() {
+        let cases = [
+            ((5, 40, 128), Parallelism::None),
+            ((2, 16_000, 128), Parallelism::None),
+            ((40, 64, 128), Parallelism::Rayon(2)),
+            ((64, 160, 128), Parallelism::Rayon(2)),
+            ((160, 64, 128), Parallelism::Rayon(2)),
+        ];
+        for (dims, par) in cases {
+            // SAFETY: the checker passes operands and an output of these dimensions.
+            check_against_plain_product(dims, |dst, a, b, accumulate| unsafe {
+                gemm_one(dst, dims, a, b, (0.0, 1.0), par, accumulate)
             });
         }
     }

@@ -87,6 +87,7 @@ mod pack_pairs;
 mod packed_gemm;
 #[cfg(test)]
 mod packed_gemm_tests;
+mod padded_columns;
 pub(crate) mod transpose;
 pub use matmul::f32_gemm_is_packed;
 pub(crate) use matmul::{gemm_into, half_gemm_into, prefers_transposed_product};

@@ -57,6 +57,11 @@ pub(super) unsafe fn gemm_one<T: WithDType>(
         Parallelism::Rayon(threads) => threads,
         Parallelism::None => 1,
     };
+    if (2..=GEMV_ROWS).contains(&m) && b.1 == 1 {
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { gemv_rows(dst, (m, n, k), a, b, (zero, one), threads, accumulate) };
+        return;
+    }
     if threads > 1 && runs_in_stripes((m, n, k)) {
         // SAFETY: the caller's guarantee, passed on.
         unsafe { gemm_in_stripes(dst, (m, n, k), a, b, (zero, one), threads, accumulate) };
@@ -111,6 +116,45 @@ unsafe fn crate_gemm<T: Copy + 'static>(
             false,
             par,
         )
+    }
+}
+
+/// Products of at most this many rows whose right operand has contiguous columns (`x · wᵀ`
+/// for a batch of 2-4) run as one matrix-vector product per row ([`gemv_rows`]).
+const GEMV_ROWS: usize = 4;
+
+/// `gemm_one` as `m` one-row products, in parallel when `threads > 1`. For so few rows the
+/// gemm crate's packing of a transposed `b` costs more than the product: measured on a Zen 5
+/// EPYC, one thread, f32, 2 x 1024 x 1024 ran at 2.2 GFLOP/s as one product and 47.6 as two
+/// matrix-vector products (4 x 1024 x 784: 33 against 42), though each row reads all of `b`;
+/// from 8 rows the padded copy of `padded_columns` is faster
+/// (bench/results/2026-12-01-padded-columns-2core-amd-epyc.md).
+///
+/// SAFETY: as `gemm_one`.
+unsafe fn gemv_rows<T: WithDType>(
+    dst: &mut [T],
+    (m, n, k): (usize, usize, usize),
+    a: Operand<T>,
+    b: Operand<T>,
+    units: (T, T),
+    threads: usize,
+    accumulate: bool,
+) {
+    let out = SharedOut(dst.as_mut_ptr());
+    let row = |i: usize| {
+        // Whole operands, which are `Sync`, not their pointer fields.
+        let (a, b): (Operand<T>, Operand<T>) = (a, b);
+        // SAFETY: row `i` of `a` and of dst lie inside the caller's blocks; rows of dst are
+        // disjoint.
+        unsafe {
+            let ai = Operand(a.0.offset(i as isize * a.1), a.1, a.2);
+            crate_gemm((out.at(i * n), n), (1, n, k), ai, b, units, Parallelism::None, accumulate)
+        }
+    };
+    if threads > 1 {
+        (0..m).into_par_iter().for_each(row);
+    } else {
+        (0..m).for_each(row);
     }
 }
 
@@ -451,12 +495,24 @@ mod tests {
     fn padded_columns_match_the_plain_product() {
         let cases = [
             ((5, 40, 128), Parallelism::None),
-            ((2, 16_000, 128), Parallelism::None),
+            ((5, 16_000, 128), Parallelism::None),
             ((40, 64, 128), Parallelism::Rayon(2)),
             ((64, 160, 128), Parallelism::Rayon(2)),
             ((160, 64, 128), Parallelism::Rayon(2)),
         ];
         for (dims, par) in cases {
+            // SAFETY: the checker passes operands and an output of these dimensions.
+            check_against_plain_product(dims, |dst, a, b, accumulate| unsafe {
+                gemm_one(dst, dims, a, b, (0.0, 1.0), par, accumulate)
+            });
+        }
+    }
+
+    /// Two to four rows times a transposed right operand: one matrix-vector product per row,
+    /// on one thread and in parallel.
+    #[test]
+    fn row_by_row_products_match_the_plain_product() {
+        for (dims, par) in [((2, 40, 128), Parallelism::None), ((4, 33, 7), Parallelism::Rayon(2))] {
             // SAFETY: the checker passes operands and an output of these dimensions.
             check_against_plain_product(dims, |dst, a, b, accumulate| unsafe {
                 gemm_one(dst, dims, a, b, (0.0, 1.0), par, accumulate)

@@ -3,14 +3,14 @@
 //! Every `rnn_core::Error` becomes a Python exception carrying the same message, its class
 //! chosen by the kind of error:
 //!
-//! | error                                                  | Python exception |
-//! |--------------------------------------------------------|------------------|
-//! | shapes, dims, indices, dtypes, arguments, `backward`   | `ValueError`     |
-//! | `OutOfMemory`                                          | `MemoryError`    |
-//! | devices (mismatch, not available, not compiled in)     | `RuntimeError`   |
-//! | files (`Io`, `BadFile`)                                | `OSError`        |
-//! | an integer `//` or `%` by zero (`DivisionByZero`)      | `ZeroDivisionError` |
-//! | anything else (`Msg`)                                  | `RuntimeError`   |
+//! | error                                                | Python exception    |
+//! |------------------------------------------------------|---------------------|
+//! | shapes, dims, indices, dtypes, arguments, `backward` | `ValueError`        |
+//! | `OutOfMemory`                                        | `MemoryError`       |
+//! | devices (mismatch, not available, not compiled in)   | `RuntimeError`      |
+//! | files (`Io`, `BadFile`)                              | `OSError`           |
+//! | an integer `//` or `%` by zero (`DivisionByZero`)    | `ZeroDivisionError` |
+//! | anything else (`Msg`)                                | `RuntimeError`      |
 //!
 //! Call sites convert with the [`PyErrExt`] trait: `tensor.matmul(&rhs).py_err()?`.
 //!

@@ -62,8 +62,7 @@ pub(crate) fn tensor_pair(lhs: &Tensor, rhs: Operand, reflected: bool) -> rnn_co
             (lhs.to_dtype(dtype)?, t.to_dtype(dtype)?)
         }
         Operand::Scalar(s) => {
-            let is_integral = s.fract() == 0.0; // false for inf and NaN: they need a float
-            let dtype = if lhs.dtype().is_int() && !is_integral { DType::F32 } else { lhs.dtype() };
+            let dtype = lhs.dtype().with_scalar(s);
             let a = lhs.to_dtype(dtype)?;
             let b = Tensor::full(s, (), dtype, lhs.device())?;
             (a, b)

@@ -44,6 +44,19 @@ impl DType {
     pub fn is_int(self) -> bool {
         !self.is_float()
     }
+
+    /// The dtype of an arithmetic op between a tensor of this dtype and the number `value`:
+    /// f32 for an integer dtype and a value that is not an integer (a fraction, an infinity or
+    /// NaN), so the value is not truncated, as PyTorch promotes (`7 // 2.5` is 2.0); this dtype
+    /// otherwise.
+    pub fn with_scalar(self, value: f64) -> DType {
+        let integral = value.fract() == 0.0; // false for the infinities and NaN
+        if self.is_int() && !integral {
+            DType::F32
+        } else {
+            self
+        }
+    }
 }
 
 impl std::fmt::Display for DType {
@@ -119,3 +132,23 @@ with_dtype!(f16, F16, f16::from_f64, f16::to_f64);
 with_dtype!(bf16, BF16, bf16::from_f64, |v: bf16| crate::num::bf16_to_f32(v) as f64);
 with_dtype!(f32, F32, |v: f64| v as f32, |v: f32| v as f64);
 with_dtype!(f64, F64, |v: f64| v, |v: f64| v);
+
+#[cfg(test)]
+mod tests {
+    use super::DType;
+
+    #[test]
+    fn a_number_promotes_an_integer_dtype_only_when_it_is_not_an_integer() {
+        for int in [DType::U8, DType::U32, DType::I64] {
+            assert_eq!(int.with_scalar(3.0), int);
+            assert_eq!(int.with_scalar(-0.0), int);
+            for v in [2.5, f64::INFINITY, f64::NEG_INFINITY, f64::NAN] {
+                assert_eq!(int.with_scalar(v), DType::F32, "{int} with {v}");
+            }
+        }
+        for float in [DType::F16, DType::BF16, DType::F32, DType::F64] {
+            assert_eq!(float.with_scalar(2.5), float);
+            assert_eq!(float.with_scalar(f64::NAN), float);
+        }
+    }
+}

@@ -110,8 +110,7 @@ impl Tensor {
     /// (as in `binary`) or when the scalar is not an integer, so the scalar is not truncated
     /// (PyTorch's promotion: `7 // 2.5` is 2.0).
     fn binary_scalar(&self, rhs: f64, op: BinaryOp) -> Result<Tensor> {
-        let integral = rhs.fract() == 0.0; // false for the infinities and NaN
-        if self.dtype().is_int() && (op == BinaryOp::Div || !integral) {
+        if self.dtype().is_int() && (op == BinaryOp::Div || self.dtype().with_scalar(rhs) != self.dtype()) {
             return self.to_dtype(DType::F32)?.binary_scalar(rhs, op);
         }
         self.binary(&self.scalar_like(rhs)?, op)

@@ -146,7 +146,8 @@ pub fn run_gemm_shapes(sizes: Sizes, quick: bool, out: &mut dyn Write) -> CliRes
 /// Linear layers' forward products (`x · wᵀ` through `Tensor::linear`, as `nn::Linear` runs
 /// them; `m x n x k` is batch x outputs x inputs): inputs of 512 and 1024 features, whose
 /// transposed weight the product copies to padded columns first (see `cpu/padded_columns.rs`
-/// in rnn-core), at batches 2 to 128, and 784 inputs, which it multiplies as they are.
+/// in rnn-core), at batches 32 to 512, and of 2 rows, which run one matrix-vector product
+/// per row; and 784 inputs, which it multiplies as they are.
 fn bench_linear_forward(bench: &mut Bench) -> CliResult<()> {
     const LINEAR: [(usize, usize, usize); 6] =
         [(2, 1024, 1024), (32, 512, 512), (128, 256, 512), (128, 1024, 1024), (512, 512, 512), (128, 512, 784)];

@@ -41,6 +41,19 @@ fn conflicts<T>(b: Operand<T>, (m, n, k): (usize, usize, usize)) -> bool {
     b.1 == 1 && b.2 > 0 && (b.2 as usize * size) % CONFLICTING_BYTES == 0 && m >= 2 && n >= MIN_COLUMNS && k >= 2
 }
 
+/// The column stride of the copy of `k`-element columns: a cache line past `k`, and one more
+/// where that would conflict again (`k` a cache line short of a multiple of 1 KiB, as in a
+/// narrowed view of a wider weight).
+fn padded_stride<T>(k: usize) -> usize {
+    let (size, pad) = (std::mem::size_of::<T>(), PAD_BYTES / std::mem::size_of::<T>());
+    let stride = k + pad;
+    if (stride * size) % CONFLICTING_BYTES == 0 {
+        stride + pad
+    } else {
+        stride
+    }
+}
+
 /// The most bytes a padded copy holds at once: a wider operand is copied and multiplied in
 /// blocks of columns.
 const MAX_COPY_BYTES: usize = 16 << 20;
@@ -61,7 +74,7 @@ pub(super) unsafe fn with_padded_columns<T: WithDType>(
     if !conflicts(b, (m, n, k)) {
         return product(b, 0..n);
     }
-    let stride = k + PAD_BYTES / std::mem::size_of::<T>();
+    let stride = padded_stride::<T>(k);
     let per_block = (MAX_COPY_BYTES / (stride * std::mem::size_of::<T>())).max(1);
     for first in (0..n).step_by(per_block) {
         let columns = first..(first + per_block).min(n);
@@ -136,5 +149,15 @@ mod tests {
         assert!(!conflicts(Operand(p, 1, 512), (128, 10, 512)));
         // f64: 128 elements are 1 KiB.
         assert!(conflicts(Operand(std::ptr::null::<f64>(), 1, 128), (64, 64, 128)));
+    }
+
+    #[test]
+    fn the_copy_never_conflicts_again() {
+        for k in [1, 240, 256, 496, 512, 1008, 1024] {
+            let stride = padded_stride::<f32>(k);
+            assert!(stride > k && (stride * 4) % CONFLICTING_BYTES != 0, "{k}: {stride}");
+        }
+        assert_eq!(padded_stride::<f32>(512), 528);
+        assert_eq!(padded_stride::<f64>(120), 136);
     }
 }

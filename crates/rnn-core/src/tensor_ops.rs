@@ -110,8 +110,10 @@ impl Tensor {
     /// (as in `binary`) or when the scalar is not an integer, so the scalar is not truncated
     /// (PyTorch's promotion: `7 // 2.5` is 2.0).
     fn binary_scalar(&self, rhs: f64, op: BinaryOp) -> Result<Tensor> {
-        if self.dtype().is_int() && (op == BinaryOp::Div || self.dtype().with_scalar(rhs) != self.dtype()) {
-            return self.to_dtype(DType::F32)?.binary_scalar(rhs, op);
+        let divided_int = op == BinaryOp::Div && self.dtype().is_int();
+        let dtype = if divided_int { DType::F32 } else { self.dtype().with_scalar(rhs) };
+        if dtype != self.dtype() {
+            return self.to_dtype(dtype)?.binary_scalar(rhs, op);
         }
         self.binary(&self.scalar_like(rhs)?, op)
     }

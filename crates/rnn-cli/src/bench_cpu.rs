@@ -374,7 +374,7 @@ const FLOOR_ROUNDS: usize = 7;
 /// speed can move by a third between one workload and the next (the square products' rate
 /// read 190-297 GFLOP/s across runs a few minutes apart): [`FLOOR_ROUNDS`] rounds of every
 /// square product, the step's products alone at their own shapes (random operands, no
-/// autograd), then the step, each timed over a fifth of the usual time. Three more records:
+/// autograd, in one call on the CPU workers like the step), then the step, each timed over a fifth of the usual time. Three more records:
 /// `<name>_floor` (ms, at the median round's best rate), `<name>_vs_floor`, the median over
 /// rounds of the step over that round's floor, and `<name>_products_vs_floor`, the same for
 /// the products alone: what the step would take with nothing but its products, at the rate
@@ -422,22 +422,25 @@ fn record_floor(
     Ok(())
 }
 
-/// The best rate (FLOP/s) of the square products `squares` (operand pairs).
+/// The best rate (FLOP/s) of the square products `squares` (operand pairs), each called on
+/// the CPU workers as the step is (`rnn::on_cpu_workers`).
 fn best_product_rate(squares: &[(Tensor, Tensor)], timing: TimingConfig) -> rnn::Result<f64> {
-    let _no_grad = NoGradGuard::new();
     let mut best = 0.0_f64;
     for (a, b) in squares {
-        let seconds = time_call(timing, || a.matmul(b).map(drop))?.median_seconds;
+        let product = || rnn::on_cpu_workers(|| rnn::no_grad(|| a.matmul(b).map(drop)));
+        let seconds = time_call(timing, product)?.median_seconds;
         let (m, k, n) = (a.dims()[0], a.dims()[1], b.dims()[1]);
         best = best.max(product_flops((m, n, k, false, false)) / seconds);
     }
     Ok(best)
 }
 
-/// The sum of the median times of the products `pairs` (operand pairs), each alone.
+/// The median time of the products `pairs` (operand pairs) one after the other, in one call
+/// on the CPU workers, as the step runs its products: each call of `on_cpu_workers` costs a
+/// hand-off to the pool (tens of µs on a VM), which the step pays once, not per product.
 fn products_seconds(pairs: &[(Tensor, Tensor)], timing: TimingConfig) -> rnn::Result<f64> {
-    let _no_grad = NoGradGuard::new();
-    pairs.iter().map(|(a, b)| Ok(time_call(timing, || a.matmul(b).map(drop))?.median_seconds)).sum()
+    let products = || pairs.iter().try_for_each(|(a, b)| a.matmul(b).map(drop));
+    Ok(time_call(timing, || rnn::on_cpu_workers(|| rnn::no_grad(products)))?.median_seconds)
 }
 
 #[cfg(test)]

@@ -227,6 +227,10 @@ fn run_case(c: &Case, dtype: DType, device: Device) -> Result<()> {
     let on = format!("{} in {dtype} on {device}", c.name);
     let tol = tolerance(dtype);
     check(&format!("{on}: output"), &o, &want.o, tol_on(device, tol.result));
+    // With no gradient to take, the CPU forward keeps no log-sum-exp; the output is the same.
+    let inference = rnn_core::no_grad(|| scaled_dot_product_attention(&q, &k, &v, &mask, Some(p.scale)))?;
+    let bits = |t: &Tensor| values(t).iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&inference), bits(&o), "{on}: output without gradients");
     let w = Tensor::from_vec(x.w.clone(), o.dims(), CPU)?.to_dtype(dtype)?.to_device(device)?;
     // Where q has its heads inside the rows, so does the loss: the output's gradient then
     // arrives as the `[B, H, N, D]` view of a `[B, N, H, D]` tensor, as in a transformer.

@@ -85,7 +85,7 @@ fn attention_memory_is_linear_in_n() -> Result<()> {
         fwd as f64 / one as f64,
         scores >> 20
     );
-    // The output, the log-sum-exp and per-thread tiles.
+    // The output and per-thread tiles (no log-sum-exp: no gradient will be taken).
     assert!(fwd < 2 * one, "forward peak extra {fwd} bytes is not O(N·D)");
 
     let (q, k, v) = (q.requires_grad(), k.requires_grad(), v.requires_grad());
@@ -106,12 +106,14 @@ fn attention_memory_is_linear_in_n() -> Result<()> {
 }
 
 /// At the GPT training step's attention (B = 32, H = 4, N = 64, D = 32, causal), the
-/// forward holds its output, the log-sum-exp and, per thread, scratch for one task of 64
-/// query rows: their transposed queries, one score tile of 64 keys and three row vectors.
-/// Scratch sized for the longest task (4 blocks of 64 rows) would take twice that.
+/// forward holds its output, the log-sum-exp when a gradient will be taken and, per thread,
+/// scratch for one task of 64 query rows: their transposed queries, one score tile of 64
+/// keys and three row vectors. Scratch sized for the longest task (4 blocks of 64 rows)
+/// would take twice that.
 #[test]
 fn short_sequences_take_scratch_for_their_rows_only() -> Result<()> {
-    forward_within_one_block_of_scratch((32, 4, 64, 32))
+    forward_within_one_block_of_scratch((32, 4, 64, 32), false)?;
+    forward_within_one_block_of_scratch((32, 4, 64, 32), true)
 }
 
 /// At N = 256 (B = 4, H = 8, D = 64) a head's keys and values stay in cache from one task to
@@ -120,30 +122,34 @@ fn short_sequences_take_scratch_for_their_rows_only() -> Result<()> {
 /// twice the scratch.
 #[test]
 fn heads_of_a_few_blocks_take_one_block_per_task() -> Result<()> {
-    forward_within_one_block_of_scratch((4, 8, 256, 64))
+    forward_within_one_block_of_scratch((4, 8, 256, 64), false)
 }
 
 /// The forward's peak extra heap bytes at shape `(b, h, n, d)`, causal, are at most its
-/// output, its log-sum-exp and per thread the scratch of a task of 64 query rows over key
-/// tiles of at most 128 keys, plus half of that scratch for the task list and small change.
-fn forward_within_one_block_of_scratch((b, h, n, d): (usize, usize, usize, usize)) -> Result<()> {
+/// output, its log-sum-exp (only `with_grad`: inputs that track gradients) and per thread
+/// the scratch of a task of 64 query rows over key tiles of at most 128 keys, plus half of
+/// that scratch for the task list and small change.
+fn forward_within_one_block_of_scratch((b, h, n, d): (usize, usize, usize, usize), with_grad: bool) -> Result<()> {
     let _counting = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let rand = |seed| -> Result<Tensor> {
         Tensor::rand_with(&mut rnn_testutil::rng(seed), -1.0, 1.0, (b, h, n, d), DType::F32, Device::Cpu)
     };
-    let (q, k, v) = (rand(4)?, rand(5)?, rand(6)?);
+    let (mut q, k, v) = (rand(4)?, rand(5)?, rand(6)?);
+    if with_grad {
+        q = q.requires_grad();
+    }
     let mask = AttentionMask::causal();
     scaled_dot_product_attention(&q, &k, &v, &mask, None)?;
     // Buffers that the host cache kept from the call before would serve this one uncounted.
     rnn_core::cpu_empty_cache();
     let (o, fwd) = peak_extra(|| scaled_dot_product_attention(&q, &k, &v, &mask, None));
     drop(o?);
-    let (output, lse) = (b * h * n * d * 4, b * h * n * 4);
+    let (output, lse) = (b * h * n * d * 4, if with_grad { b * h * n * 4 } else { 0 });
     let (rows, keys) = (n.min(64), n.min(128));
     // Transposed queries (16 columns of skew), the score tile, the running max, sum and scale.
     let scratch = (d * (rows + 16) + keys * rows + 3 * rows) * 4;
     let bound = output + lse + rayon::current_num_threads() * scratch + scratch / 2;
-    eprintln!("forward at N = {n}: peak extra {fwd} bytes, bound {bound}");
+    eprintln!("forward at N = {n} (gradient: {with_grad}): peak extra {fwd} bytes, bound {bound}");
     assert!(fwd <= bound, "forward peak extra {fwd} bytes > {bound}");
     Ok(())
 }

@@ -207,6 +207,7 @@ fn check(rng: &mut StdRng, c: &Case, dtype: DType) {
         causal: c.causal,
         lengths: c.lengths.is_some(),
         bias: c.bias.is_some(),
+        saves_lse: true,
     };
     let ins = inputs(rng, c, dtype);
     let what = format!("attention {dtype} {c:?}");

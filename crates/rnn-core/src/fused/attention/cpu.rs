@@ -468,13 +468,13 @@ pub(crate) fn forward(op: &Attention, inputs: &[(&CpuStorage, &Layout)]) -> Resu
     let at = (op.lengths_input(), op.bias_input());
     let (dtype, f64_math) = wide(inputs)?;
     let (o, lse) = if f64_math {
-        let (o, lse) = super::cpu_forward::run(&problem::<f64>(op, inputs, at)?)?;
-        (store(o, dtype)?, store(lse, DType::F64)?)
+        let (o, lse) = super::cpu_forward::run(&problem::<f64>(op, inputs, at)?, op.saves_lse)?;
+        (store(o, dtype)?, lse.map(|lse| store(lse, DType::F64)).transpose()?)
     } else {
-        let (o, lse) = super::cpu_forward::run(&problem::<f32>(op, inputs, at)?)?;
-        (store(o, dtype)?, store(lse, DType::F32)?)
+        let (o, lse) = super::cpu_forward::run(&problem::<f32>(op, inputs, at)?, op.saves_lse)?;
+        (store(o, dtype)?, lse.map(|lse| store(lse, DType::F32)).transpose()?)
     };
-    Ok(Some(vec![o, lse]))
+    Ok(Some([o].into_iter().chain(lse).collect()))
 }
 
 pub(crate) fn backward(op: &AttentionBackward, inputs: &[(&CpuStorage, &Layout)]) -> Result<Option<Vec<CpuStorage>>> {

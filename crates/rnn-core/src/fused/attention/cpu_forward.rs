@@ -9,7 +9,7 @@
 //! max `m` and sum `l`, the output rows accumulated in place and rescaled when `m` grows),
 //! and adds `P V` to the output rows (in pieces of [`PV_KEYS`] keys). At the end
 //! `o = acc / l` and the saved log-sum-exp is `m + ln l` (`-inf`, and a zero row, where
-//! every key is masked). Scratch per thread: the transposed query rows, one `bc x BR` tile
+//! every key is masked); without a gradient to take, the log-sum-exp is not kept. Scratch per thread: the transposed query rows, one `bc x BR` tile
 //! (`bc`: [`key_tile_width`]) and three vectors of the group's rows.
 
 use std::ops::Range;
@@ -107,25 +107,26 @@ impl<C: Compute> Scratch<C> {
     }
 }
 
-/// One task: head `bh`, query rows `rows`, their output rows and log-sum-exp.
+/// One task: head `bh`, query rows `rows`, their output rows and log-sum-exp (when kept).
 struct Task<'a, C> {
     bh: usize,
     rows: Range<usize>,
     o: &'a mut [C],
-    lse: &'a mut [C],
+    lse: Option<&'a mut [C]>,
 }
 
-/// The output `[B, H, Nq, Dv]` and the log-sum-exp `[B, H, Nq]`, both contiguous.
-pub(super) fn run<C: Compute>(p: &Problem<C>) -> Result<(Vec<C>, Vec<C>)> {
+/// The output `[B, H, Nq, Dv]` and, with `keep_lse` (a gradient will be taken), the
+/// log-sum-exp `[B, H, Nq]`, both contiguous.
+pub(super) fn run<C: Compute>(p: &Problem<C>, keep_lse: bool) -> Result<(Vec<C>, Option<Vec<C>>)> {
     let Dims { batch, heads, nq, nk, d, dv } = p.dims;
     // Neither is zeroed here: each task zeroes its own output rows as it starts (then in
     // its core's cache, and on every thread at once) and writes each of its log-sum-exps.
     let mut o = output_vec::<C>(batch * heads * nq * dv)?;
-    let mut lse = output_vec::<C>(batch * heads * nq)?;
+    let mut lse = if keep_lse { Some(output_vec::<C>(batch * heads * nq)?) } else { None };
     let blocks_per_head = nq.div_ceil(BR);
     let grouped = nk >= GROUP_FROM_NK && batch * heads * blocks_per_head.div_ceil(BLOCKS) >= 4 * rayon::current_num_threads();
     let task_rows = if grouped { BR * BLOCKS } else { BR };
-    let tasks = split_tasks(&mut o, &mut lse, batch * heads, (nq, task_rows), dv);
+    let tasks = split_tasks(&mut o, lse.as_deref_mut(), batch * heads, (nq, task_rows), dv);
     let work = batch * heads * nq * nk * (d + dv);
     // No wider than the padded keys, no more rows than the queries: short sequences need no
     // more scratch than one tile.
@@ -140,10 +141,10 @@ pub(super) fn run<C: Compute>(p: &Problem<C>) -> Result<(Vec<C>, Vec<C>)> {
 }
 
 /// The tasks over `heads` heads of `nq` rows each, `task_rows` rows a task, with disjoint
-/// parts of `o` and `lse`.
+/// parts of `o` and `lse` (when kept).
 fn split_tasks<'a, C>(
     mut o: &'a mut [C],
-    mut lse: &'a mut [C],
+    mut lse: Option<&'a mut [C]>,
     heads: usize,
     (nq, task_rows): (usize, usize),
     dv: usize,
@@ -153,8 +154,12 @@ fn split_tasks<'a, C>(
         for start in (0..nq).step_by(task_rows) {
             let rows = start..(start + task_rows).min(nq);
             let (o_part, o_rest) = std::mem::take(&mut o).split_at_mut(rows.len() * dv);
-            let (l_part, l_rest) = std::mem::take(&mut lse).split_at_mut(rows.len());
-            (o, lse) = (o_rest, l_rest);
+            let l_part = lse.take().map(|all| {
+                let (part, rest) = all.split_at_mut(rows.len());
+                lse = Some(rest);
+                part
+            });
+            o = o_rest;
             tasks.push(Task { bh, rows, o: o_part, lse: l_part });
         }
     }
@@ -162,7 +167,7 @@ fn split_tasks<'a, C>(
 }
 
 /// The output rows and log-sum-exp of one task (`t.o` and `t.lse` of any value on entry).
-fn group<C: Compute>(p: &Problem<C>, t: Task<C>, scratch: &mut Scratch<C>) {
+fn group<C: Compute>(p: &Problem<C>, mut t: Task<C>, scratch: &mut Scratch<C>) {
     let Dims { heads, d, dv, .. } = p.dims;
     let rows = t.rows.len();
     t.o.fill(C::zero());
@@ -197,13 +202,15 @@ fn group<C: Compute>(p: &Problem<C>, t: Task<C>, scratch: &mut Scratch<C>) {
     }
     let (m, l) = (&scratch.m[..rows], &scratch.l[..rows]);
     for r in 0..rows {
-        if l[r] == C::zero() {
-            // Every key masked: a zero row (as the task zeroed it), -inf log-sum-exp.
-            t.lse[r] = C::neg_infinity();
-        } else {
+        // Every key masked: a zero row (as the task zeroed it), -inf log-sum-exp.
+        let mut lse = C::neg_infinity();
+        if l[r] != C::zero() {
             let inv = C::one() / l[r];
             t.o[r * dv..][..dv].iter_mut().for_each(|x| *x = *x * inv);
-            t.lse[r] = m[r] + l[r].ln();
+            lse = m[r] + l[r].ln();
+        }
+        if let Some(saved) = t.lse.as_deref_mut() {
+            saved[r] = lse;
         }
     }
 }

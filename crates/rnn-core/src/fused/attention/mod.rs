@@ -100,7 +100,6 @@ pub fn scaled_dot_product_attention(
     if !scale.is_finite() {
         return Err(Error::invalid(OP, format!("scale {scale} is not finite")));
     }
-    let op = Attention { scale, causal: mask.causal, lengths: mask.key_lengths.is_some(), bias: mask.bias.is_some() };
     let mut inputs = vec![q.clone(), k.clone(), v.clone()];
     if let Some(lengths) = &mask.key_lengths {
         inputs.push(key_lengths(lengths, q)?);
@@ -108,6 +107,15 @@ pub fn scaled_dot_product_attention(
     if let Some(bias) = &mask.bias {
         inputs.push(bias_view(bias, q, k)?);
     }
+    let needs_grad = crate::grad_enabled() && inputs.iter().any(Tensor::tracks_grad);
+    let op = Attention {
+        scale,
+        causal: mask.causal,
+        lengths: mask.key_lengths.is_some(),
+        bias: mask.bias.is_some(),
+        // The GPU programs always write it.
+        saves_lse: needs_grad || q.device() != Device::Cpu,
+    };
     let refs: Vec<&Tensor> = inputs.iter().collect();
     Tensor::fused(Arc::new(op), &refs)
 }
@@ -149,6 +157,9 @@ pub(crate) struct Attention {
     pub causal: bool,
     pub lengths: bool,
     pub bias: bool,
+    /// Whether the log-sum-exp is saved for a backward: not when no gradient will be taken
+    /// on the CPU, where it then costs neither memory nor stores (inference).
+    pub saves_lse: bool,
 }
 
 /// The shapes of one attention problem.
@@ -234,7 +245,8 @@ impl FusedOp for Attention {
 
     fn saved(&self, inputs: &[&Tensor]) -> Result<Vec<(Shape, DType)>> {
         let d = self.check(inputs)?;
-        Ok(vec![(Shape::from(vec![d.batch, d.heads, d.nq]), stat_dtype(inputs[0].dtype()))])
+        let lse = (Shape::from(vec![d.batch, d.heads, d.nq]), stat_dtype(inputs[0].dtype()));
+        Ok(self.saves_lse.then_some(lse).into_iter().collect())
     }
 
     fn cpu(&self, inputs: &[(&CpuStorage, &Layout)]) -> Result<Option<Vec<CpuStorage>>> {
@@ -246,7 +258,9 @@ impl FusedOp for Attention {
     }
 
     fn compose(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        compose::forward(self, inputs)
+        let mut outputs = compose::forward(self, inputs)?;
+        outputs.truncate(1 + self.saves_lse as usize);
+        Ok(outputs)
     }
 
     fn backward(&self, inputs: &[Tensor], saved: &[Tensor], y: &Tensor, g: &Tensor) -> Result<Vec<Option<Tensor>>> {

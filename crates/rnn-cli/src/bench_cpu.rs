@@ -374,7 +374,8 @@ const FLOOR_ROUNDS: usize = 7;
 /// speed can move by a third between one workload and the next (the square products' rate
 /// read 190-297 GFLOP/s across runs a few minutes apart): [`FLOOR_ROUNDS`] rounds of every
 /// square product, the step's products alone at their own shapes (random operands, no
-/// autograd, in one call on the CPU workers like the step), then the step, each timed over a fifth of the usual time. Three more records:
+/// autograd, in one call on the CPU workers like the step), then the step, each timed over
+/// a fifth of the usual time. Three more records:
 /// `<name>_floor` (ms, at the median round's best rate), `<name>_vs_floor`, the median over
 /// rounds of the step over that round's floor, and `<name>_products_vs_floor`, the same for
 /// the products alone: what the step would take with nothing but its products, at the rate

@@ -9,8 +9,9 @@
 //! max `m` and sum `l`, the output rows accumulated in place and rescaled when `m` grows),
 //! and adds `P V` to the output rows (in pieces of [`PV_KEYS`] keys). At the end
 //! `o = acc / l` and the saved log-sum-exp is `m + ln l` (`-inf`, and a zero row, where
-//! every key is masked); without a gradient to take, the log-sum-exp is not kept. Scratch per thread: the transposed query rows, one `bc x BR` tile
-//! (`bc`: [`key_tile_width`]) and three vectors of the group's rows.
+//! every key is masked); without a gradient to take, the log-sum-exp is not kept. Scratch
+//! per thread: the transposed query rows, one `bc x BR` tile (`bc`: [`key_tile_width`]) and
+//! three vectors of the group's rows.
 
 use std::ops::Range;
 

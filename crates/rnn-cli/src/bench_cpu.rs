@@ -426,10 +426,11 @@ fn record_floor(
 /// The best rate (FLOP/s) of the square products `squares` (operand pairs), each called on
 /// the CPU workers as the step is (`rnn::on_cpu_workers`).
 fn best_product_rate(squares: &[(Tensor, Tensor)], timing: TimingConfig) -> rnn::Result<f64> {
+    // `on_cpu_workers` carries the caller's grad mode to the workers.
+    let _no_grad = NoGradGuard::new();
     let mut best = 0.0_f64;
     for (a, b) in squares {
-        let product = || rnn::on_cpu_workers(|| rnn::no_grad(|| a.matmul(b).map(drop)));
-        let seconds = time_call(timing, product)?.median_seconds;
+        let seconds = time_call(timing, || rnn::on_cpu_workers(|| a.matmul(b).map(drop)))?.median_seconds;
         let (m, k, n) = (a.dims()[0], a.dims()[1], b.dims()[1]);
         best = best.max(product_flops((m, n, k, false, false)) / seconds);
     }
@@ -440,8 +441,9 @@ fn best_product_rate(squares: &[(Tensor, Tensor)], timing: TimingConfig) -> rnn:
 /// on the CPU workers, as the step runs its products: each call of `on_cpu_workers` costs a
 /// hand-off to the pool (tens of µs on a VM), which the step pays once, not per product.
 fn products_seconds(pairs: &[(Tensor, Tensor)], timing: TimingConfig) -> rnn::Result<f64> {
+    let _no_grad = NoGradGuard::new();
     let products = || pairs.iter().try_for_each(|(a, b)| a.matmul(b).map(drop));
-    Ok(time_call(timing, || rnn::on_cpu_workers(|| rnn::no_grad(products)))?.median_seconds)
+    Ok(time_call(timing, || rnn::on_cpu_workers(products))?.median_seconds)
 }
 
 #[cfg(test)]

@@ -155,12 +155,8 @@ fn split_tasks<'a, C>(
         for start in (0..nq).step_by(task_rows) {
             let rows = start..(start + task_rows).min(nq);
             let (o_part, o_rest) = std::mem::take(&mut o).split_at_mut(rows.len() * dv);
-            let l_part = lse.take().map(|all| {
-                let (part, rest) = all.split_at_mut(rows.len());
-                lse = Some(rest);
-                part
-            });
-            o = o_rest;
+            let (l_part, l_rest) = lse.take().map(|all| all.split_at_mut(rows.len())).unzip();
+            (o, lse) = (o_rest, l_rest);
             tasks.push(Task { bh, rows, o: o_part, lse: l_part });
         }
     }

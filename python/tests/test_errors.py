@@ -40,10 +40,22 @@ def test_a_panic_is_a_runtime_error_not_an_abort(release_gil):
     assert (rnn.Tensor([1.0, 2.0]) * 2).tolist() == [2.0, 4.0]
 
 
+def _matrix_whose_product_takes(seconds):
+    """A square matrix whose product with itself takes at least `seconds` here (n up to 4096),
+    so the test below holds on a fast machine as on a slow one."""
+    rng = np.random.default_rng(0)
+    for n in (512, 1024, 2048, 4096):
+        a = rnn.Tensor(rng.standard_normal((n, n)).astype(np.float32))
+        a @ a  # warm up (thread pool, allocations)
+        start = time.perf_counter()
+        a @ a
+        if time.perf_counter() - start >= seconds:
+            break
+    return a
+
+
 def test_other_threads_run_while_a_large_matmul_runs():
-    n = 1024
-    a = rnn.Tensor(np.random.default_rng(0).standard_normal((n, n)).astype(np.float32))
-    a @ a  # warm up (thread pool, allocations)
+    a = _matrix_whose_product_takes(0.03)
     span = {}
 
     def heavy():

@@ -14,11 +14,16 @@
 //! Each line: `mode,bytes,seconds per call,GB/s` (bytes / time, the algorithm bandwidth),
 //! measured by rank 0 after a barrier: the median of 5 timed runs of at least 0.2 s each.
 //! Modes: `raw` (from a send to a receive buffer), `raw-in-place` (`MPI_IN_PLACE`, as the
-//! group's MPI engine calls it), `raw-nonblocking` (`MPI_Iallreduce` in place, polled with
-//! `MPI_Test`), `group` (owning vectors, `all_reduce_vec_async(..).wait()`), `group-slice`
+//! group's MPI engine calls it), `raw-in-place-serialized` (the same in a process at
+//! `MPI_THREAD_SERIALIZED`, the level the group asks for with direct calls; the other raw modes
+//! run at `MPI_THREAD_SINGLE`), `raw-nonblocking` (`MPI_Iallreduce` in place, polled with
+//! `MPI_Test`), `group` (owning vectors, `all_reduce_vec_async(..).wait()`, as gradient
+//! buckets are reduced), `group-sync` (`all_reduce_vec`: read `group-direct` when launched with
+//! `RNN_DIST_DIRECT=1`, where it runs on the caller's thread), `group-slice`
 //! (`all_reduce_slice`, which copies in and out), and `threads` / `threads-sync` (run without
 //! `mpirun`: the `group` loop on a `ProcessGroup::threads(2)` group in this process, with
-//! `all_reduce_vec_async(..).wait()` / `all_reduce_vec`).
+//! `all_reduce_vec_async(..).wait()` / `all_reduce_vec`). `direct-vs-raw` (with
+//! `RNN_DIST_DIRECT=1`) alternates raw and direct calls within one launch: see its function.
 
 use std::time::Instant;
 
@@ -125,19 +130,26 @@ enum RawCall {
     SendRecv,
     /// `MPI_Allreduce` with `MPI_IN_PLACE`.
     InPlace,
+    /// The same, in a process that asked for `MPI_THREAD_SERIALIZED` (as the group with
+    /// direct calls does; the other modes run at `MPI_THREAD_SINGLE`).
+    InPlaceSerialized,
     /// `MPI_Iallreduce` in place, polled with `MPI_Test`.
     Nonblocking,
 }
 
 fn raw(sizes: &[usize], call: RawCall) {
-    let universe = mpi::initialize().expect("MPI init");
+    let universe = match call {
+        RawCall::InPlaceSerialized => mpi::initialize_with_threading(mpi::Threading::Serialized).map(|(u, _)| u),
+        _ => mpi::initialize(),
+    }
+    .expect("MPI init");
     let world = universe.world();
     for &bytes in sizes {
         let send = vec![1.0f32; bytes / 4];
         let mut recv = vec![0.0f32; bytes / 4];
         let step = || match call {
             RawCall::SendRecv => world.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum()),
-            RawCall::InPlace => sum_in_place(&world, &mut recv),
+            RawCall::InPlace | RawCall::InPlaceSerialized => sum_in_place(&world, &mut recv),
             RawCall::Nonblocking => sum_nonblocking(&world, &mut recv),
         };
         let seconds = time_per_call(step, |wish| {
@@ -149,6 +161,7 @@ fn raw(sizes: &[usize], call: RawCall) {
             let mode = match call {
                 RawCall::SendRecv => "raw",
                 RawCall::InPlace => "raw-in-place",
+                RawCall::InPlaceSerialized => "raw-in-place-serialized",
                 RawCall::Nonblocking => "raw-nonblocking",
             };
             report(mode, bytes, seconds);
@@ -156,28 +169,81 @@ fn raw(sizes: &[usize], call: RawCall) {
     }
 }
 
-fn group(slices: bool, sizes: &[usize]) -> rnn_core::Result<()> {
+/// How the `group` modes call the process group.
+#[derive(Clone, Copy, PartialEq)]
+enum GroupCall {
+    Async,
+    Sync,
+    Slice,
+}
+
+fn group(call: GroupCall, sizes: &[usize]) -> rnn_core::Result<()> {
     let g = ProcessGroup::from_env()?;
-    let mode = match (slices, g.header_checks()) {
-        (false, true) => "group",
-        (false, false) => "group-unchecked",
-        (true, true) => "group-slice",
-        (true, false) => "group-slice-unchecked",
+    let base = match call {
+        GroupCall::Async => "group",
+        GroupCall::Sync if g.direct_calls() => "group-direct",
+        GroupCall::Sync => "group-sync",
+        GroupCall::Slice => "group-slice",
     };
+    let mode = if g.header_checks() { base.to_string() } else { format!("{base}-unchecked") };
     for &bytes in sizes {
         let mut data = Some(vec![1.0f32; bytes / 4]);
-        let seconds = if slices {
+        let seconds = if call == GroupCall::Slice {
             let mut data = data.take().unwrap_or_default();
             time_per_call(|| g.all_reduce_slice(&mut data, ReduceOp::Sum).expect("all_reduce"), |wish| agree(&g, wish))
         } else {
             let step = || {
                 let v = data.take().unwrap_or_default();
-                data = Some(g.all_reduce_vec_async(v, ReduceOp::Sum).wait().expect("all_reduce"));
+                let reduced = match call {
+                    GroupCall::Async => g.all_reduce_vec_async(v, ReduceOp::Sum).wait(),
+                    _ => g.all_reduce_vec(v, ReduceOp::Sum),
+                };
+                data = Some(reduced.expect("all_reduce"));
             };
             time_per_call(step, |wish| agree(&g, wish))
         };
         if g.is_main() {
-            report(mode, bytes, seconds);
+            report(&mode, bytes, seconds);
+        }
+    }
+    Ok(())
+}
+
+/// With `RNN_DIST_DIRECT=1`: per size, three alternating rounds in this one launch of raw
+/// `MPI_Allreduce` in place (on this thread, at the group's `MPI_THREAD_SERIALIZED`), the
+/// group's direct `all_reduce_vec`, and the same without the header check; the best round of
+/// each. One launch, because this VM runs some whole launches at half speed.
+fn direct_vs_raw(sizes: &[usize]) -> rnn_core::Result<()> {
+    let g = ProcessGroup::from_env()?;
+    if !g.direct_calls() {
+        return Err(rnn_core::Error::Msg("direct-vs-raw needs RNN_DIST_DIRECT=1".into()));
+    }
+    // The group's MPI world. Only this thread calls MPI here: the group runs no asynchronous
+    // call, so its communication thread stays idle, as MPI_THREAD_SERIALIZED requires.
+    let world = SimpleCommunicator::world();
+    for &bytes in sizes {
+        let mut best = [f64::INFINITY; 3];
+        for _ in 0..3 {
+            for (mode, best) in best.iter_mut().enumerate() {
+                let mut data = Some(vec![1.0f32; bytes / 4]);
+                g.set_header_checks(mode != 2);
+                let seconds = if mode == 0 {
+                    let mut v = data.take().unwrap_or_default();
+                    time_per_call(|| sum_in_place(&world, &mut v), |wish| agree(&g, wish))
+                } else {
+                    let step = || {
+                        let v = data.take().unwrap_or_default();
+                        data = Some(g.all_reduce_vec(v, ReduceOp::Sum).expect("all_reduce"));
+                    };
+                    time_per_call(step, |wish| agree(&g, wish))
+                };
+                *best = best.min(seconds);
+            }
+        }
+        if g.is_main() {
+            for (mode, seconds) in ["raw-same-launch", "direct", "direct-unchecked"].iter().zip(best) {
+                report(mode, bytes, seconds);
+            }
         }
     }
     Ok(())
@@ -222,14 +288,18 @@ fn main() -> rnn_core::Result<()> {
     match std::env::args().nth(1).as_deref() {
         Some("raw") => raw(&sizes()?, RawCall::SendRecv),
         Some("raw-in-place") => raw(&sizes()?, RawCall::InPlace),
+        Some("raw-in-place-serialized") => raw(&sizes()?, RawCall::InPlaceSerialized),
         Some("raw-nonblocking") => raw(&sizes()?, RawCall::Nonblocking),
         Some("threads") => threads(2, false, &sizes()?)?,
         Some("threads-sync") => threads(2, true, &sizes()?)?,
-        Some("group") => group(false, &sizes()?)?,
-        Some("group-slice") => group(true, &sizes()?)?,
+        Some("group") => group(GroupCall::Async, &sizes()?)?,
+        Some("group-sync") => group(GroupCall::Sync, &sizes()?)?,
+        Some("group-slice") => group(GroupCall::Slice, &sizes()?)?,
+        Some("direct-vs-raw") => direct_vs_raw(&sizes()?)?,
         _ => eprintln!(
-            "usage: mpirun -np 2 allreduce_bench raw|raw-in-place|raw-nonblocking|group|group-slice [bytes,bytes,..] \
-             (RNN_DIST_CHECKS=0: unchecked), or allreduce_bench threads|threads-sync [bytes,..] without mpirun"
+            "usage: mpirun -np 2 allreduce_bench raw|raw-in-place|raw-in-place-serialized|raw-nonblocking|group|group-sync|group-slice \
+             [bytes,bytes,..] (RNN_DIST_CHECKS=0: unchecked; RNN_DIST_DIRECT=1: group-sync runs direct), \
+             direct-vs-raw [bytes,..] with RNN_DIST_DIRECT=1, or allreduce_bench threads|threads-sync [bytes,..] without mpirun"
         ),
     }
     Ok(())

@@ -1,8 +1,9 @@
 //! The engines that carry out collectives: one per backend, each owning its rank's side of
 //! the communication. An engine runs on one thread at a time: the group's communication
 //! thread, or the caller's for the one-process group and for a thread group's synchronous
-//! calls with nothing queued. MPI's engine runs on its communication thread alone, so MPI
-//! needs no more than `MPI_THREAD_FUNNELED`.
+//! calls with nothing queued. MPI's engine runs on its communication thread alone (MPI at
+//! `MPI_THREAD_FUNNELED`), unless the group was started with `RNN_DIST_DIRECT=1`: then waiting
+//! callers run it too, one thread at a time (`MPI_THREAD_SERIALIZED`).
 
 use rnn_core::Result;
 

@@ -40,6 +40,26 @@ pub fn header_checks_from_env() -> bool {
     std::env::var(CHECKS_ENV).map_or(true, |v| v.trim() != "0")
 }
 
+/// The environment variable that, when `1`, makes the MPI group run a collective whose caller
+/// waits for it on the caller's thread (see `ProcessGroup::direct_calls`).
+pub const DIRECT_ENV: &str = "RNN_DIST_DIRECT";
+
+/// Whether `RNN_DIST_DIRECT` asks for direct calls (`1`; unset or `0`: not).
+pub fn direct_from_env() -> Result<bool> {
+    match std::env::var(DIRECT_ENV) {
+        Err(_) => Ok(false),
+        Ok(text) => parse_switch(DIRECT_ENV, &text),
+    }
+}
+
+fn parse_switch(var: &str, text: &str) -> Result<bool> {
+    match text.trim() {
+        "1" => Ok(true),
+        "0" | "" => Ok(false),
+        _ => Err(Error::invalid("ProcessGroup", format!("{var}={text:?} is neither 1 nor 0"))),
+    }
+}
+
 /// The number of processes of the job when this process was started by an MPI launcher
 /// (`mpirun`, `mpiexec`, `srun`): OpenMPI sets OMPI_COMM_WORLD_SIZE, MPICH and Slurm's PMI
 /// set PMI_SIZE, PMIx launchers set PMIX_RANK (the size is then learned from MPI itself).
@@ -65,5 +85,14 @@ mod tests {
             let err = parse_timeout(bad).unwrap_err().to_string();
             assert!(err.contains(TIMEOUT_ENV), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn switches_parse_or_fail_clearly() {
+        assert!(parse_switch(DIRECT_ENV, " 1").unwrap());
+        assert!(!parse_switch(DIRECT_ENV, "0").unwrap());
+        assert!(!parse_switch(DIRECT_ENV, "").unwrap());
+        let err = parse_switch(DIRECT_ENV, "yes").unwrap_err().to_string();
+        assert!(err.contains(DIRECT_ENV) && err.contains("neither 1 nor 0"), "{err}");
     }
 }

@@ -1,7 +1,10 @@
-//! The MPI engine: one rank per process, launched by `mpirun`. MPI is initialized, used and
-//! finalized by the group's communication thread alone (`MPI_THREAD_FUNNELED`), so the
-//! training threads never call MPI and a blocked collective never blocks them past the
-//! timeout (see `worker`).
+//! The MPI engine: one rank per process, launched by `mpirun`. MPI is initialized and
+//! finalized by the group's communication thread. By default that thread alone calls MPI
+//! (`MPI_THREAD_FUNNELED`), so the training threads never do and a blocked collective never
+//! blocks them past the timeout (see `worker`). With `RNN_DIST_DIRECT=1`, a caller that waits
+//! for its collective runs it itself when nothing is queued (`MPI_THREAD_SERIALIZED`: one
+//! thread in MPI at a time, behind the engine's lock), and a watchdog ends the process if
+//! such a call outlives the timeout.
 
 use std::sync::{Arc, Mutex, Weak};
 
@@ -16,7 +19,7 @@ use rnn_core::{Error, Result};
 use crate::buffer::{Buf, Call, Collective, ReduceOp, HEADER_WORDS};
 use crate::engine::Engine;
 use crate::group::{Backend, Inner, ProcessGroup};
-use crate::worker::{lock, Executor, Shared};
+use crate::worker::{lock, watch_direct_calls, Executor, Shared};
 
 /// The world group while a handle lives, and whether MPI was ever started (it cannot start
 /// twice in one process).
@@ -36,17 +39,30 @@ pub(crate) fn world_group() -> Result<ProcessGroup> {
         ));
     }
     let timeout = crate::launch::timeout_from_env()?;
+    let direct = crate::launch::direct_from_env()?;
     let shared = Shared::new(timeout);
     let (tell, told) = std::sync::mpsc::channel();
     shared.set_header_checks(crate::launch::header_checks_from_env());
     let engine_shared = shared.clone();
-    let executor = Executor::spawn("rnn-dist-mpi".into(), shared.clone(), move || {
-        let engine = MpiEngine::start(engine_shared)?;
+    let start = move |threading| {
+        let engine = MpiEngine::start(engine_shared, threading)?;
         let _ = tell.send((engine.world.rank() as usize, engine.world.size() as usize));
-        Ok(Box::new(engine) as Box<dyn Engine>)
-    })?;
+        Ok(engine)
+    };
+    let name = "rnn-dist-mpi".to_string();
+    let executor = if direct {
+        Executor::spawn_direct_made(name, shared.clone(), move || {
+            Ok(Box::new(SerializedMpi(start(Threading::Serialized)?)) as Box<dyn Engine + Send>)
+        })
+    } else {
+        Executor::spawn(name, shared.clone(), move || Ok(Box::new(start(Threading::Funneled)?) as Box<dyn Engine>))
+    };
+    let executor = executor?;
     world.1 = true;
     let (rank, world_size) = told.recv().map_err(|_| Error::Msg("MPI did not start".into()))?;
+    if direct {
+        watch_direct_calls(&shared, rank)?;
+    }
     let group = ProcessGroup::from_inner(Inner::new(rank, world_size, Backend::Mpi, shared, executor, None));
     world.0 = Some(Arc::downgrade(group.inner()));
     Ok(group)
@@ -60,10 +76,22 @@ pub(crate) struct MpiEngine {
 }
 
 impl MpiEngine {
-    fn start(shared: Arc<Shared>) -> Result<MpiEngine> {
-        let (universe, _level) = mpi::initialize_with_threading(Threading::Funneled).ok_or_else(|| {
+    /// Initializes MPI on this thread, asking for `threading` (funneled or serialized).
+    fn start(shared: Arc<Shared>, threading: Threading) -> Result<MpiEngine> {
+        let (universe, level) = mpi::initialize_with_threading(threading).ok_or_else(|| {
             Error::invalid("ProcessGroup::from_env", "MPI was already initialized by other code in this process")
         })?;
+        let serialized = matches!(level, Threading::Serialized | Threading::Multiple);
+        if threading == Threading::Serialized && !serialized {
+            return Err(Error::invalid(
+                "ProcessGroup::from_env",
+                format!(
+                    "{}=1 needs MPI_THREAD_SERIALIZED, and this MPI library provides only {level:?}: \
+                     unset {0}",
+                    crate::launch::DIRECT_ENV
+                ),
+            ));
+        }
         Ok(MpiEngine { world: universe.world(), shared, _universe: universe })
     }
 
@@ -80,6 +108,22 @@ impl MpiEngine {
         let hi: [i64; HEADER_WORDS] = std::array::from_fn(|i| max[i]);
         let lo: [i64; HEADER_WORDS] = std::array::from_fn(|i| -max[HEADER_WORDS + i]);
         (lo, hi)
+    }
+}
+
+/// The MPI engine of a group with direct calls (`RNN_DIST_DIRECT=1`), which callers'
+/// threads run too.
+struct SerializedMpi(MpiEngine);
+
+// SAFETY: this engine exists only where MPI was initialized with MPI_THREAD_SERIALIZED or
+// more (checked by `MpiEngine::start`), which lets any thread call MPI while no two do at
+// once. It is only used behind the lock of the group's `Direct`, so calls never overlap, and
+// the communication thread, which initialized MPI, drops it last and so finalizes MPI.
+unsafe impl Send for SerializedMpi {}
+
+impl Engine for SerializedMpi {
+    fn run(&mut self, call: Call) -> Result<Option<Buf>> {
+        self.0.run(call)
     }
 }
 

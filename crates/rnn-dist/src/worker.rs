@@ -4,7 +4,10 @@
 //! one thread that owns the engine (for MPI: the only thread that calls MPI). The exception:
 //! in a thread group, a call whose caller waits for it and finds nothing queued runs on the
 //! caller's own thread (`Executor::run_now`), which saves the two thread wake-ups of the
-//! hand-off; the rendezvous it waits in has the group's timeout. A caller waits
+//! hand-off; the rendezvous it waits in has the group's timeout. The MPI group does the same
+//! when asked to (`RNN_DIST_DIRECT=1`): a blocking MPI call cannot be given up on, so a
+//! watchdog thread ends the process when such a call outlives the timeout
+//! (`watch_direct_calls`). A caller waits
 //! for its result with a deadline: if the running collective takes longer than the group's
 //! timeout (another rank failed, died or never came), the caller gets an error and the group
 //! is marked broken, even though the communication thread itself may stay blocked inside MPI.
@@ -51,8 +54,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// What callers and the communication thread share.
 pub(crate) struct Shared {
-    /// Since when the collective now running has been running, and its name.
-    busy_since: Mutex<Option<(Instant, &'static str)>>,
+    /// The collective now running, if any.
+    busy: Mutex<Option<Busy>>,
     /// Why the group can no longer be used, once it cannot.
     broken: Mutex<Option<String>>,
     /// False once the communication thread has ended.
@@ -65,7 +68,7 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(timeout: Duration) -> Arc<Shared> {
         Arc::new(Shared {
-            busy_since: Mutex::new(None),
+            busy: Mutex::new(None),
             broken: Mutex::new(None),
             alive: AtomicBool::new(true),
             timeout_ms: AtomicU64::new(timeout.as_millis().min(u64::MAX as u128) as u64),
@@ -92,6 +95,16 @@ impl Shared {
     }
 }
 
+/// A collective that is running: since when, its name, and whether it runs on its caller's
+/// thread (a direct call) rather than on the communication thread.
+#[derive(Clone, Copy)]
+struct Busy {
+    since: Instant,
+    op: &'static str,
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    on_caller: bool,
+}
+
 pub(crate) struct Job {
     call: Call,
     slot: Arc<Slot>,
@@ -110,6 +123,8 @@ pub(crate) enum Executor {
 /// wait with a deadline of their own (the thread group's rendezvous), so a caller never
 /// blocks past the timeout. MPI's engine is not one: MPI is called by its thread alone.
 pub(crate) struct Direct {
+    /// Shared with the communication thread, which drops the engine last (for MPI: MPI is
+    /// finalized by the thread that initialized it, see `shut_down`).
     engine: Arc<Mutex<Box<dyn Engine + Send>>>,
     /// Collectives submitted to the communication thread and not yet finished: a direct run
     /// must not overtake them.
@@ -134,7 +149,7 @@ impl Executor {
                 Err(e) => return drop(started.send(Err(e))),
             };
             drop(started.send(Ok(())));
-            serve(queue, None, |call| run_job(&shared, engine.as_mut(), call));
+            serve(queue, None, |call| run_job(&shared, engine.as_mut(), call, false));
         })?;
         match start_result.recv() {
             Ok(Ok(())) => {}
@@ -147,14 +162,31 @@ impl Executor {
     /// Starts the communication thread of `engine`, which synchronous calls may also run on
     /// their own thread (see `Direct`).
     pub(crate) fn spawn_direct(name: String, shared: Arc<Shared>, engine: Box<dyn Engine + Send>) -> Result<Executor> {
-        let engine = Arc::new(Mutex::new(engine));
+        Self::spawn_direct_made(name, shared, move || Ok(engine))
+    }
+
+    /// `spawn_direct` for an engine that `make_engine` makes on the communication thread,
+    /// which also drops it when the group ends.
+    pub(crate) fn spawn_direct_made<F>(name: String, shared: Arc<Shared>, make_engine: F) -> Result<Executor>
+    where
+        F: FnOnce() -> Result<Box<dyn Engine + Send>> + Send + 'static,
+    {
         let queued = Arc::new(AtomicUsize::new(0));
         let (jobs, queue) = mpsc::channel::<Job>();
-        let (thread_engine, thread_queued) = (engine.clone(), queued.clone());
+        let (made, made_engine) = mpsc::channel();
+        let thread_queued = queued.clone();
         let thread = start_thread(name, move || {
             let _alive = AliveGuard(shared.clone());
-            serve(queue, Some(thread_queued), |call| run_job(&shared, lock(&thread_engine).as_mut(), call));
+            let engine = match make_engine() {
+                Ok(engine) => Arc::new(Mutex::new(engine)),
+                Err(e) => return drop(made.send(Err(e))),
+            };
+            drop(made.send(Ok(engine.clone())));
+            serve(queue, Some(thread_queued), |call| run_job(&shared, lock(&engine).as_mut(), call, false));
         })?;
+        let engine = made_engine
+            .recv()
+            .unwrap_or_else(|_| Err(Error::Msg("the communication thread ended while starting".into())))?;
         let direct = Some(Direct { engine, queued });
         Ok(Executor::Thread { jobs: Mutex::new(Some(jobs)), thread: Mutex::new(Some(thread)), direct })
     }
@@ -197,17 +229,24 @@ impl Executor {
                 if d.queued.load(Ordering::SeqCst) != 0 {
                     return Err(call);
                 }
-                Ok(run_job(shared, engine.as_mut(), call))
+                Ok(run_job(shared, engine.as_mut(), call, true))
             }
             Executor::Thread { .. } => Err(call),
         }
     }
 
+    /// Whether a synchronous call with nothing queued before it runs on its caller's thread.
+    pub(crate) fn runs_on_caller(&self) -> bool {
+        matches!(self, Executor::Inline(_) | Executor::Thread { direct: Some(_), .. })
+    }
+
     /// Ends the communication thread after the queued collectives, unless the group is
     /// broken: then the thread may be blocked in a collective that will never complete, and
-    /// is left behind (the process is expected to exit with the error).
-    pub(crate) fn shut_down(&self, shared: &Shared) {
-        if let Executor::Thread { jobs, thread, .. } = self {
+    /// is left behind (the process is expected to exit with the error). The callers' handle
+    /// on a direct engine goes first, so that the thread drops the engine.
+    pub(crate) fn shut_down(&mut self, shared: &Shared) {
+        if let Executor::Thread { jobs, thread, direct } = self {
+            drop(direct.take());
             lock(jobs).take();
             let handle = lock(thread).take();
             if let Some(handle) = handle.filter(|_| shared.broken().is_none()) {
@@ -237,14 +276,15 @@ fn serve(queue: mpsc::Receiver<Job>, queued: Option<Arc<AtomicUsize>>, mut run: 
     }
 }
 
-fn run_job(shared: &Shared, engine: &mut dyn Engine, call: Call) -> Outcome {
-    let name = call.collective.name();
+/// Runs `call` on `engine`, on the communication thread or (`on_caller`) on the caller's.
+fn run_job(shared: &Shared, engine: &mut dyn Engine, call: Call, on_caller: bool) -> Outcome {
+    let op = call.collective.name();
     if let Some(why) = shared.broken() {
-        return Err(broken_error(name, &why));
+        return Err(broken_error(op, &why));
     }
-    *lock(&shared.busy_since) = Some((Instant::now(), name));
+    *lock(&shared.busy) = Some(Busy { since: Instant::now(), op, on_caller });
     let outcome = engine.run(call);
-    *lock(&shared.busy_since) = None;
+    *lock(&shared.busy) = None;
     if let Some(why) = engine.broken() {
         shared.break_with(why);
     }
@@ -315,7 +355,7 @@ fn wait_slot(slot: &Slot, shared: &Shared, op: &'static str) -> Outcome {
         if !shared.alive.load(Ordering::SeqCst) {
             return Err(Error::Msg(format!("{op}: the group's communication thread has ended")));
         }
-        if let Some((since, running)) = *lock(&shared.busy_since) {
+        if let Some(Busy { since, op: running, .. }) = *lock(&shared.busy) {
             let timeout = shared.timeout();
             if since.elapsed() > timeout {
                 let why = format!("{running} {}", timeout_message(timeout));
@@ -335,4 +375,39 @@ pub(crate) fn timeout_message(timeout: Duration) -> String {
          matching call (the limit is set by RNN_DIST_TIMEOUT in seconds or ProcessGroup::set_timeout)",
         timeout.as_secs_f64()
     )
+}
+
+/// Starts the watchdog of a group whose direct calls block in an engine that cannot give up
+/// on them (MPI with `RNN_DIST_DIRECT=1`): when one has run longer than the group's timeout,
+/// it prints why and ends the process, which makes the launcher stop the other ranks. The
+/// watchdog looks every 100 ms and stops with the group's communication thread.
+#[cfg(feature = "mpi")]
+pub(crate) fn watch_direct_calls(shared: &Arc<Shared>, rank: usize) -> Result<()> {
+    const POLL: Duration = Duration::from_millis(100);
+    let shared = Arc::downgrade(shared);
+    let watch = move || loop {
+        std::thread::sleep(POLL);
+        let Some(shared) = shared.upgrade().filter(|s| s.alive.load(Ordering::SeqCst)) else { return };
+        let busy = *lock(&shared.busy);
+        if let Some(Busy { since, op, on_caller: true }) = busy {
+            if since.elapsed() > shared.timeout() {
+                end_process(&format!("rank {rank}: {op} {}", timeout_message(shared.timeout())));
+            }
+        }
+    };
+    start_thread("rnn-dist-watchdog".into(), watch).map(drop)
+}
+
+/// Prints `why` and ends the process at once: the thread stuck in the collective cannot be
+/// unwound, and exit handlers could wait on it.
+#[cfg(feature = "mpi")]
+fn end_process(why: &str) -> ! {
+    use std::io::Write;
+    eprintln!(
+        "rnn-dist: {why}. With RNN_DIST_DIRECT=1 the call blocks inside MPI on its caller's \
+         thread, where it cannot be given up on, so this process ends (exit status 1)"
+    );
+    drop(std::io::stdout().flush());
+    // SAFETY: `_exit` takes no pointers and does not return.
+    unsafe { libc::_exit(1) }
 }

@@ -75,9 +75,10 @@ fn child_group() -> Option<ProcessGroup> {
 
 #[test]
 fn mpi_groups_of_2_and_4_pass_the_suite() {
-    for np in [2, 4] {
-        let run = mpirun(np, "child_suite", &[]);
-        assert!(run.success, "{np} ranks (killed at the deadline: {}):\n{}", run.killed, run.log);
+    // 2 ranks again with the waiting calls run on their callers' threads.
+    for (np, direct) in [(2, "0"), (4, "0"), (2, "1")] {
+        let run = mpirun(np, "child_suite", &[("RNN_DIST_DIRECT", direct)]);
+        assert!(run.success, "{np} ranks, direct {direct} (killed at the deadline: {}):\n{}", run.killed, run.log);
         // One line per rank, each written at once (the ranks' outputs interleave otherwise).
         for rank in 0..np {
             let line = format!("rank {rank} of {np}: the suite passed");
@@ -91,6 +92,7 @@ fn mpi_groups_of_2_and_4_pass_the_suite() {
 fn child_suite() -> Result<()> {
     let Some(g) = child_group() else { return Ok(()) };
     assert_eq!(g.backend(), rnn_dist::Backend::Mpi);
+    assert_eq!(g.direct_calls(), std::env::var("RNN_DIST_DIRECT").is_ok_and(|v| v == "1"));
     // The same group again while a handle lives.
     assert_eq!(ProcessGroup::from_env()?.rank(), g.rank());
     crate::suite::all(&g)?;
@@ -141,25 +143,34 @@ fn child_failure() -> Result<()> {
 
 #[test]
 fn a_failing_rank_stops_the_others_within_the_timeout() {
-    for how in ["error", "panic", "abort", "stall"] {
-        let env = [("RNN_TEST_FAILURE", how), ("RNN_DIST_TIMEOUT", "3")];
-        let run = mpirun(3, "child_failure", &env);
-        let log = &run.log;
-        assert!(!run.success, "{how}: mpirun succeeded:\n{log}");
-        // Every rank has stopped (mpirun may have been killed in its teardown; the ranks
-        // must be gone all the same).
-        let ranks: Vec<u32> = log.lines().filter_map(|l| l.split(" is process ").nth(1)?.trim().parse().ok()).collect();
-        assert_eq!(ranks.len(), 3, "{how}:\n{log}");
-        for pid in ranks {
-            assert!(!running(pid), "{how}: rank process {pid} still runs after {:?}:\n{log}", run.took);
+    for direct in ["0", "1"] {
+        for how in ["error", "panic", "abort", "stall"] {
+            failing_rank_1(how, direct);
         }
-        if how == "stall" || !run.killed {
-            assert!(run.took < MPIRUN_DEADLINE, "{how}: took {:?}:\n{log}", run.took);
-        }
-        if how == "stall" {
-            // The others time out themselves, with the error naming the cause and the knob.
-            assert!(log.contains("did not complete within 3.0 s") && log.contains("RNN_DIST_TIMEOUT"), "{log}");
-        }
+    }
+}
+
+/// Rank 1 of 3 fails `how` before an all_reduce, run directly on its callers' threads or not.
+fn failing_rank_1(how: &str, direct: &str) {
+    let env = [("RNN_TEST_FAILURE", how), ("RNN_DIST_TIMEOUT", "3"), ("RNN_DIST_DIRECT", direct)];
+    let run = mpirun(3, "child_failure", &env);
+    let log = &run.log;
+    assert!(!run.success, "{how}, direct {direct}: mpirun succeeded:\n{log}");
+    // Every rank has stopped (mpirun may have been killed in its teardown; the ranks
+    // must be gone all the same).
+    let ranks: Vec<u32> = log.lines().filter_map(|l| l.split(" is process ").nth(1)?.trim().parse().ok()).collect();
+    assert_eq!(ranks.len(), 3, "{how}, direct {direct}:\n{log}");
+    for pid in ranks {
+        assert!(!running(pid), "{how}, direct {direct}: rank process {pid} still runs after {:?}:\n{log}", run.took);
+    }
+    if how == "stall" || !run.killed {
+        assert!(run.took < MPIRUN_DEADLINE, "{how}, direct {direct}: took {:?}:\n{log}", run.took);
+    }
+    if how == "stall" {
+        // The others time out themselves, with the error naming the cause and the knob;
+        // a direct call cannot return, so its watchdog ends the process.
+        assert!(log.contains("did not complete within 3.0 s") && log.contains("RNN_DIST_TIMEOUT"), "{log}");
+        assert_eq!(log.contains("so this process ends"), direct == "1", "{log}");
     }
 }
 

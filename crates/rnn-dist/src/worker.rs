@@ -1,16 +1,16 @@
 //! The communication thread of a rank and the handles of the collectives it runs.
 //!
 //! Every collective of a group goes through one queue, in the order the rank issued them, to
-//! one thread that owns the engine (for MPI: the only thread that calls MPI). The exception:
-//! in a thread group, a call whose caller waits for it and finds nothing queued runs on the
-//! caller's own thread (`Executor::run_now`), which saves the two thread wake-ups of the
-//! hand-off; the rendezvous it waits in has the group's timeout. The MPI group does the same
-//! when asked to (`RNN_DIST_DIRECT=1`): a blocking MPI call cannot be given up on, so a
-//! watchdog thread ends the process when such a call outlives the timeout
-//! (`watch_direct_calls`). A caller waits
-//! for its result with a deadline: if the running collective takes longer than the group's
-//! timeout (another rank failed, died or never came), the caller gets an error and the group
-//! is marked broken, even though the communication thread itself may stay blocked inside MPI.
+//! one thread that owns the engine (for MPI, by default: the only thread that calls MPI). The
+//! exception: in a thread group, a call whose caller waits for it and finds nothing queued
+//! runs on the caller's own thread (`Executor::run_now`), which saves the two thread wake-ups
+//! of the hand-off; the rendezvous it waits in has the group's timeout. The MPI group does
+//! the same when asked to (`RNN_DIST_DIRECT=1`): a blocking MPI call cannot be given up on,
+//! so a watchdog thread ends the process when such a call outlives the timeout
+//! (`watch_direct_calls`). A caller waits for its result with a deadline: if the running
+//! collective takes longer than the group's timeout (another rank failed, died or never
+//! came), the caller gets an error and the group is marked broken, even though the
+//! communication thread itself may stay blocked inside MPI.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
@@ -121,7 +121,9 @@ pub(crate) enum Executor {
 
 /// The engine of a rank whose collectives may also run on the caller's thread: engines that
 /// wait with a deadline of their own (the thread group's rendezvous), so a caller never
-/// blocks past the timeout. MPI's engine is not one: MPI is called by its thread alone.
+/// blocks past the timeout. MPI's engine is one only when asked for (`RNN_DIST_DIRECT=1`),
+/// with a watchdog in place of the deadline (`watch_direct_calls`); by default MPI is called
+/// by the communication thread alone.
 pub(crate) struct Direct {
     /// Shared with the communication thread, which drops the engine last (for MPI: MPI is
     /// finalized by the thread that initialized it, see `shut_down`).

@@ -10,11 +10,12 @@
 #                    forward and backward TFLOP/s; torch_attention.json the twin (torch's
 #                    flash backend), attention_compare.md the two against the goals
 #   memcheck.txt     compute-sanitizer memcheck (out-of-bounds and misaligned accesses) over
-#                    the op, gradient and attention tests, when it is installed (last: it is
-#                    the slowest stage). No leak check: the caching pool and the per-device
+#                    the op, gradient and attention tests (the attention reference cases in
+#                    SANITIZER_CASES), when it is installed (last: it is the slowest stage). No leak check: the caching pool and the per-device
 #                    handles keep their device memory until the process ends, by design.
 #   racecheck.txt    compute-sanitizer racecheck (shared-memory hazards: a missing barrier)
-#                    over the attention tests, whose tensor-core tiles warps share.
+#                    over the attention tests, whose tensor-core tiles warps share, on the
+#                    reference cases in SANITIZER_CASES (the sanitizers are too slow for all).
 # Every stage has a time limit (seconds, from the environment), so one hung kernel costs
 # its stage, not the run: TEST_TIMEOUT per test binary, BENCH_TIMEOUT per benchmark,
 # MEMCHECK_TIMEOUT per sanitized binary, RACECHECK_TIMEOUT for the race check. TEST_JOBS test
@@ -74,6 +75,9 @@ fi
 cat "$OUT/bench.txt" "$OUT/attention.txt"
 
 if command -v compute-sanitizer >/dev/null 2>&1; then
+    # Head dims 32, 64 and 128, causal, key padding, a broadcast bias with its gradient, Nq != Nk.
+    export RNN_ATTENTION_CASES=${SANITIZER_CASES:-tile_plus_one,causal_tile_plus_one,causal_nq_gt_nk_d128,padding,bias_broadcast_grad,nq_ne_nk_dv_ne_d}
+    echo "RNN_ATTENTION_CASES=$RNN_ATTENTION_CASES" | tee "$OUT/memcheck.txt" > "$OUT/racecheck.txt"
     for t in bin/test-ops bin/test-gradcheck bin/test-window bin/test-attention bin/test-fused_nn; do
         [ -x "$t" ] || continue
         timeout "$MEMCHECK_TIMEOUT" compute-sanitizer --tool memcheck --error-exitcode 9 "$t" cuda \
@@ -81,7 +85,7 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
     done
     grep -E "ERROR SUMMARY|FAILED" "$OUT/memcheck.txt"
     timeout "$RACECHECK_TIMEOUT" compute-sanitizer --tool racecheck --error-exitcode 9 bin/test-attention cuda \
-        --test-threads=1 > "$OUT/racecheck.txt" 2>&1 || { status=1; echo "RACECHECK FAILED" >> "$OUT/racecheck.txt"; }
+        --test-threads=1 >> "$OUT/racecheck.txt" 2>&1 || { status=1; echo "RACECHECK FAILED" >> "$OUT/racecheck.txt"; }
     grep -E "ERROR SUMMARY|RACECHECK FAILED" "$OUT/racecheck.txt"
 fi
 exit $status

@@ -92,7 +92,7 @@ impl Case {
 /// has it, the others (D = 5, 8, 24, 40) and every f64 product on the `gemm` crate.
 fn cases() -> Vec<Case> {
     use View::*;
-    vec![
+    let all = vec![
         case("single", [1, 1, 1, 1, 32, 32]),
         case("tile_plus_one", [2, 2, 65, 65, 64, 64]),
         case("causal_tile_plus_one", [1, 2, 65, 65, 64, 64]).causal(),
@@ -124,7 +124,24 @@ fn cases() -> Vec<Case> {
         let name = c.name;
         Case { i64_lengths: name == "padding_i64", bias_neg_inf: name == "bias_neg_inf_padding", ..c }
     })
-    .collect()
+    .collect();
+    selected(all)
+}
+
+/// The environment variable that names the cases to run, comma-separated (all when unset):
+/// for the tools too slow for every case, like compute-sanitizer's racecheck
+/// (`scripts/gpu/run.sh`).
+const CASES_ENV: &str = "RNN_ATTENTION_CASES";
+
+/// The cases `RNN_ATTENTION_CASES` names; a name that is no case is an error, so that a typo
+/// cannot leave nothing to check.
+fn selected(all: Vec<Case>) -> Vec<Case> {
+    let Ok(list) = std::env::var(CASES_ENV) else { return all };
+    let names: Vec<&str> = list.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+    for name in &names {
+        assert!(all.iter().any(|c| c.name == *name), "{CASES_ENV}: no case is named {name:?}");
+    }
+    all.into_iter().filter(|c| names.contains(&c.name)).collect()
 }
 
 fn rand_vec(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<f64> {

@@ -1,13 +1,13 @@
 //! TransformerBlock and Gpt on every device: forward against an f64 composition written here
 //! from plain tensor ops, finite-difference gradient checks (CPU) and the CPU's f64 gradients
-//! on other devices, the causal property, weight tying, overfitting a short text, generation
-//! and error paths.
+//! on other devices, the causal property, weight tying, overfitting a short text, the
+//! key-value cache against the full forward, generation and error paths.
 
 use std::collections::HashMap;
 
 use rnn_core::{no_grad, DType, Device, Error, Result, Tensor};
 use rnn_nn::{
-    sample_from_logits, AdamConfig, AdamW, AttentionMasks, Gpt, GptConfig, Module, Optimizer, SamplingOptions,
+    sample_from_logits, AdamConfig, AdamW, AttentionMasks, Gpt, GptConfig, KvCache, Module, Optimizer, SamplingOptions,
     TransformerBlock, VarBuilder,
 };
 use rnn_testutil::{assert_close_on, check_gradients, expect_err, rand64, test_device, to, tolerance, widest_float};
@@ -339,6 +339,61 @@ fn generate_is_deterministic_and_checked(device: Device) -> Result<()> {
     Ok(())
 }
 test_device!(generate_is_deterministic_and_checked_test, generate_is_deterministic_and_checked);
+
+/// Logits read in pieces through key-value caches (a prompt of 3, then 1, 2 and 1 more
+/// positions, the third piece under the causal mask aligned to the cached keys) equal the
+/// full forward's rows; bad caches are errors that leave the caches as they were.
+fn cached_forward_matches_the_full_forward(device: Device) -> Result<()> {
+    let mut vb = VarBuilder::new(device, widest_float(device), 12);
+    let config = GptConfig { context_length: 7, vocab_size: 6, ..tiny_config() };
+    let model = Gpt::new(config, &mut vb)?;
+    let ids: Vec<u32> = vec![1, 5, 2, 0, 3, 3, 4, 2, 1, 0, 5, 4, 1, 2];
+    let ids = Tensor::from_vec(ids, (2, 7), device)?;
+    let full = model.forward_ids(&ids)?;
+    let mut caches = vec![KvCache::default(); config.num_layers];
+    let mut pieces = Vec::new();
+    for (start, len) in [(0, 3), (3, 1), (4, 2), (6, 1)] {
+        pieces.push(model.forward_cached(&ids.narrow(1, start, len)?, &mut caches)?);
+        assert!(caches.iter().all(|c| c.len() == start + len));
+    }
+    let tol = tolerance(full.dtype()).op;
+    assert_close_on("cached logits vs full forward", &Tensor::cat(&pieces, 1)?, &full, tol);
+    // Errors, each leaving the caches at 7 positions.
+    expect_err(model.forward_cached(&ids.narrow(1, 0, 1)?, &mut caches), "fit the context length 7");
+    let mut short = caches[..1].to_vec();
+    expect_err(model.forward_cached(&ids.narrow(1, 0, 1)?, &mut short), "1 caches given");
+    let mut fresh = vec![KvCache::default(); config.num_layers];
+    model.forward_cached(&ids.narrow(1, 0, 2)?, &mut fresh)?;
+    expect_err(model.forward_cached(&ids.narrow(0, 0, 1)?.narrow(1, 2, 1)?, &mut fresh), "the cache holds keys");
+    assert!(fresh.iter().all(|c| c.len() == 2) && caches.iter().all(|c| c.len() == 7));
+    fresh.iter_mut().for_each(KvCache::clear);
+    assert!(fresh.iter().all(KvCache::is_empty));
+    Ok(())
+}
+test_device!(cached_forward_matches_the_full_forward_test, cached_forward_matches_the_full_forward);
+
+/// Greedy generation, which reads through the cache while the ids fit the context, picks
+/// the ids that a loop over whole windows picks, before and after the window starts to slide.
+fn generate_with_the_cache_picks_what_whole_windows_pick(device: Device) -> Result<()> {
+    let mut vb = VarBuilder::new(device, widest_float(device), 13);
+    let config = GptConfig { context_length: 6, vocab_size: 6, ..tiny_config() };
+    let mut model = Gpt::new(config, &mut vb)?;
+    let greedy = SamplingOptions { temperature: 1.0, top_k: Some(1), seed: 0 };
+    let (prompt, new) = ([2u32, 4], 9);
+    let mut ids = prompt.to_vec();
+    for _ in 0..new {
+        let window = &ids[ids.len().saturating_sub(config.context_length)..];
+        let logits = model.forward_ids(&Tensor::from_vec(window.to_vec(), (1, window.len()), device)?)?;
+        let last = logits.narrow(1, window.len() - 1, 1)?.flatten_all()?.to_f64_vec()?;
+        ids.push(sample_from_logits(&last, &greedy, &mut rnn_testutil::rng(0))? as u32);
+    }
+    assert_eq!(model.generate(&prompt, new, &greedy)?, ids[prompt.len()..]);
+    Ok(())
+}
+test_device!(
+    generate_with_the_cache_picks_what_whole_windows_pick_test,
+    generate_with_the_cache_picks_what_whole_windows_pick
+);
 
 #[test]
 fn top_k_sampling_keeps_only_the_k_largest() -> Result<()> {

@@ -59,6 +59,29 @@ pub fn causal_mask(len: usize, device: Device) -> Result<Tensor> {
     positions.unsqueeze(0)?.gt(&positions.unsqueeze(1)?)
 }
 
+/// The keys and values, split into heads (`[B, H, T, head_dim]`), of the `T` positions a
+/// causal self-attention has read so far: [`MultiHeadAttention::forward_cached`] reads only
+/// the positions after them and appends theirs, as a decoder does when it generates one
+/// token at a time (like the `past_key_values` of Hugging Face models).
+#[derive(Clone, Debug, Default)]
+pub struct KvCache {
+    keys_values: Option<(Tensor, Tensor)>,
+}
+
+impl KvCache {
+    /// The number of positions held.
+    pub fn len(&self) -> usize {
+        self.keys_values.as_ref().map_or(0, |(k, _)| k.dims()[2])
+    }
+    pub fn is_empty(&self) -> bool {
+        self.keys_values.is_none()
+    }
+    /// Forgets every position.
+    pub fn clear(&mut self) {
+        self.keys_values = None;
+    }
+}
+
 /// Multi-head scaled dot-product attention over `[batch, length, embed_dim]` inputs.
 pub struct MultiHeadAttention {
     in_proj_weight: Tensor,
@@ -138,6 +161,42 @@ impl MultiHeadAttention {
         let attended = scaled_dot_product_attention(&queries, &keys, &values, &mask, None)?;
         // [B, H, L, d] -> [B, L, H * d]
         let merged = attended.transpose(1, 2)?.reshape((batch, len_q, self.embed_dim()))?;
+        self.out_proj.forward(&merged)
+    }
+
+    /// Causal self-attention of `x` `[B, L, E]`, the `L` positions that follow the
+    /// `cache.len()` positions in `cache`, which it then extends by them: new position `i`
+    /// attends to every cached position and to new positions `0..=i`. The result equals the
+    /// rows of `forward_with(.., AttentionMasks::causal())` over all the positions, at the cost
+    /// of the new rows alone.
+    pub fn forward_cached(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        let (batch, len, _) = self.check_inputs(x, x, x)?;
+        let past = cache.len();
+        let (queries, keys, values) = self.project_inputs(x, x, x)?;
+        let (keys, values) = match &cache.keys_values {
+            None => (keys, values),
+            Some((old_k, old_v)) => {
+                if old_k.dims()[..2] != keys.dims()[..2] || old_k.dims()[3] != keys.dims()[3] {
+                    let msg = format!("the cache holds keys {:?}, x gives {:?}", old_k.dims(), keys.dims());
+                    return Err(Error::invalid(NAME, msg));
+                }
+                (Tensor::cat(&[old_k.clone(), keys], 2)?, Tensor::cat(&[old_v.clone(), values], 2)?)
+            }
+        };
+        let mask = match (past, len) {
+            (0, _) => AttentionMask::causal(),
+            // One new position sees every key.
+            (_, 1) => AttentionMask::none(),
+            // Causal aligned to the last key: new position i sees keys 0..=past + i.
+            _ => {
+                let square = causal_mask(past + len, x.device())?;
+                let bias = to_additive(&square.narrow(0, past, len)?, "causal", x.dtype())?;
+                AttentionMask { bias: Some(bias.reshape((1, 1, len, past + len))?), ..AttentionMask::none() }
+            }
+        };
+        let attended = scaled_dot_product_attention(&queries, &keys, &values, &mask, None)?;
+        cache.keys_values = Some((keys, values));
+        let merged = attended.transpose(1, 2)?.reshape((batch, len, self.embed_dim()))?;
         self.out_proj.forward(&merged)
     }
 

@@ -4,6 +4,9 @@
 //!
 //! Parameter names: `tok_emb.weight`, `pos_emb.weight`, `blocks.<i>.<block parameter>`,
 //! `ln_f.weight`, `ln_f.bias`. The head has no parameter of its own.
+//!
+//! [`Gpt::forward_cached`] reads a sequence in pieces, keeping each block's keys and values
+//! of the positions read in a [`KvCache`]; [`Gpt::generate`] uses it.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -13,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::init::bad_config;
 use crate::layers::transformer::{GPT2_INIT_STD, LAYER_NORM_EPS};
 use crate::{cross_entropy, prefixed, BlockConfig, Dropout, Embedding, Init, LayerNorm, Linear, Module};
-use crate::{TransformerBlock, VarBuilder};
+use crate::{KvCache, TransformerBlock, VarBuilder};
 
 const NAME: &str = "Gpt";
 
@@ -141,14 +144,50 @@ impl Gpt {
     /// Logits `[B, T, vocab]` for token ids `[B, T]` (u8, u32 or i64), `1 <= T <= context`.
     pub fn forward_ids(&self, ids: &Tensor) -> Result<Tensor> {
         let steps = self.check_ids(ids)?;
-        let positions = Tensor::arange(0i64, steps as i64, ids.device())?;
-        let embedded = self.tok_emb.forward(ids)?.add(&self.pos_emb.forward(&positions)?)?;
-        let mut x = self.dropout.forward(&embedded)?;
+        let mut x = self.embed(ids, 0, steps)?;
         for block in &self.blocks {
             x = block.forward(&x)?;
         }
-        let x = self.ln_f.forward(&x)?;
-        // The tied head: logits = x · tok_embᵀ.
+        self.head(&x)
+    }
+
+    /// [`forward_ids`](Self::forward_ids) of ids `[B, T]` at the positions that follow the
+    /// `caches[0].len()` positions held in `caches` (one [`KvCache`] per block, empty at the
+    /// start of a sequence), which it extends by them. The logits equal the last `T` rows of
+    /// `forward_ids` over the whole sequence, at the cost of the new positions alone; the
+    /// sequence must fit the context (`past + T <= context_length`).
+    pub fn forward_cached(&self, ids: &Tensor, caches: &mut [KvCache]) -> Result<Tensor> {
+        let steps = self.check_ids(ids)?;
+        if caches.len() != self.blocks.len() {
+            let msg = format!("{} caches given, the model has {} blocks", caches.len(), self.blocks.len());
+            return Err(Error::invalid(NAME, msg));
+        }
+        let past = caches[0].len();
+        if caches.iter().any(|c| c.len() != past) || past + steps > self.config.context_length {
+            let msg = format!(
+                "cached positions {:?} + {steps} new must agree and fit the context length {}",
+                caches.iter().map(KvCache::len).collect::<Vec<_>>(),
+                self.config.context_length
+            );
+            return Err(Error::invalid(NAME, msg));
+        }
+        let mut x = self.embed(ids, past, steps)?;
+        for (block, cache) in self.blocks.iter().zip(caches.iter_mut()) {
+            x = block.forward_cached(&x, cache)?;
+        }
+        self.head(&x)
+    }
+
+    /// Token plus position embeddings of `ids`, at positions `first..first + steps`.
+    fn embed(&self, ids: &Tensor, first: usize, steps: usize) -> Result<Tensor> {
+        let positions = Tensor::arange(first as i64, (first + steps) as i64, ids.device())?;
+        let embedded = self.tok_emb.forward(ids)?.add(&self.pos_emb.forward(&positions)?)?;
+        self.dropout.forward(&embedded)
+    }
+
+    /// The final LayerNorm and the tied head: logits = ln_f(x) · tok_embᵀ.
+    fn head(&self, x: &Tensor) -> Result<Tensor> {
+        let x = self.ln_f.forward(x)?;
         Linear::from_tensors(self.tok_emb.weight().clone(), None).forward(&x)
     }
 
@@ -182,8 +221,10 @@ impl Gpt {
     }
 
     /// Continues `prompt` (ids, at least one) by `max_new_tokens` sampled ids; returns only
-    /// the new ids. Each step reads the last `context_length` ids. Runs in evaluation mode
-    /// (no dropout) without recording gradients, and restores the mode afterwards.
+    /// the new ids. Each step reads the last `context_length` ids; while all ids fit the
+    /// context, through key-value caches, so a step costs one new position. Runs in
+    /// evaluation mode (no dropout) without recording gradients, and restores the mode
+    /// afterwards.
     pub fn generate(&mut self, prompt: &[u32], max_new_tokens: usize, options: &SamplingOptions) -> Result<Vec<u32>> {
         check_sampling(options)?;
         let vocab = self.config.vocab_size;
@@ -200,14 +241,26 @@ impl Gpt {
         result
     }
 
+    /// While the ids fit the context, each step feeds only the ids not yet read to
+    /// [`forward_cached`](Self::forward_cached). Past the context the window slides by one
+    /// id a step, which moves every id to a new position: each step then reads its whole
+    /// window afresh, as without a cache.
     fn sample_tokens(&self, prompt: &[u32], max_new_tokens: usize, options: &SamplingOptions) -> Result<Vec<u32>> {
         let mut rng = StdRng::seed_from_u64(options.seed);
         let mut ids: Vec<u32> = prompt.to_vec();
         let device = self.tok_emb.weight().device();
+        let context = self.config.context_length;
+        let mut caches = vec![KvCache::default(); self.blocks.len()];
         for _ in 0..max_new_tokens {
-            let window = &ids[ids.len().saturating_sub(self.config.context_length)..];
-            let input = Tensor::from_vec(window.to_vec(), (1, window.len()), device)?;
-            let logits = self.forward_ids(&input)?.narrow(1, window.len() - 1, 1)?;
+            let logits = if ids.len() <= context {
+                let unread = &ids[caches[0].len()..];
+                let input = Tensor::from_vec(unread.to_vec(), (1, unread.len()), device)?;
+                self.forward_cached(&input, &mut caches)?.narrow(1, unread.len() - 1, 1)?
+            } else {
+                let window = &ids[ids.len() - context..];
+                let input = Tensor::from_vec(window.to_vec(), (1, context), device)?;
+                self.forward_ids(&input)?.narrow(1, context - 1, 1)?
+            };
             let logits = logits.flatten_all()?.to_f64_vec()?;
             ids.push(sample_from_logits(&logits, options, &mut rng)? as u32);
         }

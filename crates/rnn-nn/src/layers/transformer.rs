@@ -13,7 +13,9 @@
 use rnn_core::{Epilogue, Error, Result, Tensor};
 
 use crate::init::bad_config;
-use crate::{prefixed, AttentionMasks, Dropout, Init, LayerNorm, Linear, Module, MultiHeadAttention, VarBuilder};
+use crate::{
+    prefixed, AttentionMasks, Dropout, Init, KvCache, LayerNorm, Linear, Module, MultiHeadAttention, VarBuilder,
+};
 
 const NAME: &str = "TransformerBlock";
 
@@ -123,16 +125,27 @@ impl TransformerBlock {
     pub fn attention(&self) -> &MultiHeadAttention {
         &self.attn
     }
+
+    /// [`forward`](Module::forward) of the positions that follow those in `cache` (this
+    /// block's keys and values of the positions before), which it extends by them (see
+    /// [`MultiHeadAttention::forward_cached`]).
+    pub fn forward_cached(&self, xs: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        self.forward_attending(xs, |normed| self.attn.forward_cached(normed, cache))
+    }
+
+    /// The block around `attend`, which maps `ln_1(xs)` to the attention's output.
+    fn forward_attending(&self, xs: &Tensor, attend: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+        let attended = attend(&self.ln_1.forward(xs)?)?;
+        let xs = xs.add(&self.dropout.forward(&attended)?)?;
+        let hidden = self.fc.forward(&self.ln_2.forward(&xs)?)?;
+        xs.add(&self.dropout.forward(&self.proj.forward(&hidden)?)?)
+    }
 }
 
 impl Module for TransformerBlock {
     /// `xs` `[B, T, d_model]` -> `[B, T, d_model]`; position `t` only sees positions `<= t`.
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-        let normed = self.ln_1.forward(xs)?;
-        let attended = self.attn.forward_with(&normed, &normed, &normed, AttentionMasks::causal())?;
-        let xs = xs.add(&self.dropout.forward(&attended)?)?;
-        let hidden = self.fc.forward(&self.ln_2.forward(&xs)?)?;
-        xs.add(&self.dropout.forward(&self.proj.forward(&hidden)?)?)
+        self.forward_attending(xs, |normed| self.attn.forward_with(normed, normed, normed, AttentionMasks::causal()))
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

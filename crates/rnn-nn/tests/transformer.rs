@@ -342,7 +342,8 @@ test_device!(generate_is_deterministic_and_checked_test, generate_is_determinist
 
 /// Logits read in pieces through key-value caches (a prompt of 3, then 1, 2 and 1 more
 /// positions, the third piece under the causal mask aligned to the cached keys) equal the
-/// full forward's rows; bad caches are errors that leave the caches as they were.
+/// full forward's rows; bad caches are errors that leave the caches as they were, also when
+/// a later block fails after an earlier one extended its cache.
 fn cached_forward_matches_the_full_forward(device: Device) -> Result<()> {
     let mut vb = VarBuilder::new(device, widest_float(device), 12);
     let config = GptConfig { context_length: 7, vocab_size: 6, ..tiny_config() };
@@ -366,6 +367,13 @@ fn cached_forward_matches_the_full_forward(device: Device) -> Result<()> {
     model.forward_cached(&ids.narrow(1, 0, 2)?, &mut fresh)?;
     expect_err(model.forward_cached(&ids.narrow(0, 0, 1)?.narrow(1, 2, 1)?, &mut fresh), "the cache holds keys");
     assert!(fresh.iter().all(|c| c.len() == 2) && caches.iter().all(|c| c.len() == 7));
+    // Block 1's cache is of batch 1: block 0 has extended its cache when block 1 fails, and
+    // gets its two positions back.
+    let mut one = vec![KvCache::default(); config.num_layers];
+    model.forward_cached(&ids.narrow(0, 0, 1)?.narrow(1, 0, 2)?, &mut one)?;
+    let mut mixed = vec![fresh[0].clone(), one[1].clone()];
+    expect_err(model.forward_cached(&ids.narrow(1, 2, 1)?, &mut mixed), "the cache holds keys");
+    assert_eq!(mixed.iter().map(KvCache::len).collect::<Vec<_>>(), [2, 2]);
     fresh.iter_mut().for_each(KvCache::clear);
     assert!(fresh.iter().all(KvCache::is_empty));
     Ok(())

@@ -171,6 +171,17 @@ impl Gpt {
             );
             return Err(Error::invalid(NAME, msg));
         }
+        // On an error the caches go back to what they held (clones share the tensors).
+        let before = caches.to_vec();
+        let logits = self.read_into(ids, past, steps, caches);
+        if logits.is_err() {
+            caches.clone_from_slice(&before);
+        }
+        logits
+    }
+
+    /// The blocks over the new positions, extending each block's cache.
+    fn read_into(&self, ids: &Tensor, past: usize, steps: usize, caches: &mut [KvCache]) -> Result<Tensor> {
         let mut x = self.embed(ids, past, steps)?;
         for (block, cache) in self.blocks.iter().zip(caches.iter_mut()) {
             x = block.forward_cached(&x, cache)?;

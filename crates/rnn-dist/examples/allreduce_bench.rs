@@ -187,26 +187,33 @@ fn group(call: GroupCall, sizes: &[usize]) -> rnn_core::Result<()> {
     };
     let mode = if g.header_checks() { base.to_string() } else { format!("{base}-unchecked") };
     for &bytes in sizes {
-        let mut data = Some(vec![1.0f32; bytes / 4]);
-        let seconds = if call == GroupCall::Slice {
-            let mut data = data.take().unwrap_or_default();
-            time_per_call(|| g.all_reduce_slice(&mut data, ReduceOp::Sum).expect("all_reduce"), |wish| agree(&g, wish))
-        } else {
-            let step = || {
-                let v = data.take().unwrap_or_default();
-                let reduced = match call {
-                    GroupCall::Async => g.all_reduce_vec_async(v, ReduceOp::Sum).wait(),
-                    _ => g.all_reduce_vec(v, ReduceOp::Sum),
-                };
-                data = Some(reduced.expect("all_reduce"));
-            };
-            time_per_call(step, |wish| agree(&g, wish))
-        };
+        let seconds = time_group_call(&g, call, bytes);
         if g.is_main() {
             report(&mode, bytes, seconds);
         }
     }
     Ok(())
+}
+
+/// Seconds per all_reduce of `bytes` of f32 made as `call` says (see `time_per_call`).
+fn time_group_call(g: &ProcessGroup, call: GroupCall, bytes: usize) -> f64 {
+    if call == GroupCall::Slice {
+        let mut data = vec![1.0f32; bytes / 4];
+        return time_per_call(
+            || g.all_reduce_slice(&mut data, ReduceOp::Sum).expect("all_reduce"),
+            |wish| agree(g, wish),
+        );
+    }
+    let mut data = Some(vec![1.0f32; bytes / 4]);
+    let step = || {
+        let v = data.take().unwrap_or_default();
+        let reduced = match call {
+            GroupCall::Async => g.all_reduce_vec_async(v, ReduceOp::Sum).wait(),
+            _ => g.all_reduce_vec(v, ReduceOp::Sum),
+        };
+        data = Some(reduced.expect("all_reduce"));
+    };
+    time_per_call(step, |wish| agree(g, wish))
 }
 
 /// With `RNN_DIST_DIRECT=1`: per size, three alternating rounds in this one launch of raw
@@ -225,17 +232,12 @@ fn direct_vs_raw(sizes: &[usize]) -> rnn_core::Result<()> {
         let mut best = [f64::INFINITY; 3];
         for _ in 0..3 {
             for (mode, best) in best.iter_mut().enumerate() {
-                let mut data = Some(vec![1.0f32; bytes / 4]);
                 g.set_header_checks(mode != 2);
                 let seconds = if mode == 0 {
-                    let mut v = data.take().unwrap_or_default();
+                    let mut v = vec![1.0f32; bytes / 4];
                     time_per_call(|| sum_in_place(&world, &mut v), |wish| agree(&g, wish))
                 } else {
-                    let step = || {
-                        let v = data.take().unwrap_or_default();
-                        data = Some(g.all_reduce_vec(v, ReduceOp::Sum).expect("all_reduce"));
-                    };
-                    time_per_call(step, |wish| agree(&g, wish))
+                    time_group_call(&g, GroupCall::Sync, bytes)
                 };
                 *best = best.min(seconds);
             }
@@ -258,16 +260,7 @@ fn threads(ranks: usize, sync: bool, sizes: &[usize]) -> rnn_core::Result<()> {
         for g in groups {
             s.spawn(move || {
                 for &bytes in sizes {
-                    let mut data = Some(vec![1.0f32; bytes / 4]);
-                    let step = || {
-                        let v = data.take().unwrap_or_default();
-                        let reduced = match sync {
-                            true => g.all_reduce_vec(v, ReduceOp::Sum),
-                            false => g.all_reduce_vec_async(v, ReduceOp::Sum).wait(),
-                        };
-                        data = Some(reduced.expect("all_reduce"));
-                    };
-                    let seconds = time_per_call(step, |wish| agree(&g, wish));
+                    let seconds = time_group_call(&g, if sync { GroupCall::Sync } else { GroupCall::Async }, bytes);
                     if g.is_main() {
                         report(&format!("threads{ranks}{}", if sync { "-sync" } else { "" }), bytes, seconds);
                     }

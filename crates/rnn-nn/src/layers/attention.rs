@@ -159,9 +159,7 @@ impl MultiHeadAttention {
         let mask = self.fused_mask(&masks, batch, len_q, len_k, q.dtype())?;
         let (queries, keys, values) = self.project_inputs(q, k, v)?;
         let attended = scaled_dot_product_attention(&queries, &keys, &values, &mask, None)?;
-        // [B, H, L, d] -> [B, L, H * d]
-        let merged = attended.transpose(1, 2)?.reshape((batch, len_q, self.embed_dim()))?;
-        self.out_proj.forward(&merged)
+        self.merge_heads(&attended)
     }
 
     /// Causal self-attention of `x` `[B, L, E]`, the `L` positions that follow the
@@ -170,7 +168,7 @@ impl MultiHeadAttention {
     /// rows of `forward_with(.., AttentionMasks::causal())` over all the positions, at the cost
     /// of the new rows alone.
     pub fn forward_cached(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
-        let (batch, len, _) = self.check_inputs(x, x, x)?;
+        let (_, len, _) = self.check_inputs(x, x, x)?;
         let past = cache.len();
         let (queries, keys, values) = self.project_inputs(x, x, x)?;
         let (keys, values) = match &cache.keys_values {
@@ -196,8 +194,13 @@ impl MultiHeadAttention {
         };
         let attended = scaled_dot_product_attention(&queries, &keys, &values, &mask, None)?;
         cache.keys_values = Some((keys, values));
-        let merged = attended.transpose(1, 2)?.reshape((batch, len, self.embed_dim()))?;
-        self.out_proj.forward(&merged)
+        self.merge_heads(&attended)
+    }
+
+    /// The heads' outputs `[B, H, L, d]` side by side, `[B, L, H * d]`, through `out_proj`.
+    fn merge_heads(&self, attended: &Tensor) -> Result<Tensor> {
+        let (batch, len) = (attended.dims()[0], attended.dims()[2]);
+        self.out_proj.forward(&attended.transpose(1, 2)?.reshape((batch, len, self.embed_dim()))?)
     }
 
     /// The masks as the fused attention takes them. The causal flag and key lengths go in
